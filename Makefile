@@ -1,0 +1,46 @@
+# jxai: `make run` starts the app (embedded default), `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+SCALEOUT_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+SCALEOUT_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: run test test-embedded test-scaleout bench install
+
+$(VENV)/.installed-test: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed-test
+
+## make test: the whole suite on the embedded default, then on PostgreSQL + Redis.
+test: test-embedded test-scaleout
+
+test-embedded: $(VENV)/.installed-test
+	$(PY) -m pytest
+
+test-scaleout: $(VENV)/.installed-test
+	@if $(PY) -m jxai_app.devtools.services_up "$(SCALEOUT_DATABASE_URL)" "$(SCALEOUT_REDIS_URL)"; then \
+		echo "== scale-out run: PostgreSQL + channels_redis =="; \
+		DATABASE_URL="$(SCALEOUT_DATABASE_URL)" REDIS_URL="$(SCALEOUT_REDIS_URL)" $(PY) -m pytest; \
+	elif [ "$${JXAI_REQUIRE_SCALEOUT:-0}" = "1" ]; then \
+		echo "PostgreSQL/Redis not reachable and JXAI_REQUIRE_SCALEOUT=1" >&2; exit 1; \
+	else \
+		echo "== scale-out run skipped: PostgreSQL/Redis not reachable (see README) =="; \
+	fi
+
+$(VENV)/.installed-bench: $(VENV)/.installed-test
+	$(PIP) install -q -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
+	$(PY) bench/normaliser.py
+	$(PY) bench/agent.py
+	$(PY) bench/store.py
+
+run: $(VENV)/.installed-test
+	$(PY) manage.py migrate --noinput
+	$(PY) -m daphne -b 127.0.0.1 -p 8000 project.asgi:application

@@ -1,0 +1,1 @@
+"""Small helpers for the Makefile and CI (not imported by the app)."""

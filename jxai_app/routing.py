@@ -1,0 +1,5 @@
+"""Websocket routes (SPEC §7): ``ws/chat/``."""
+
+from django.urls import path
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,10 @@
+"""Root URL configuration (SPEC §7 "URLs")."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("jxai_app.urls")),
+]

@@ -1,0 +1,276 @@
+"""Database models: saved conversations (SPEC §6) and the records later issues need.
+
+::
+
+    Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
+    ApiToken        hashed jxai API tokens (SPEC §7, SSE endpoint)
+    ToolPolicy      per-tool gate edited in admin (issue 6)
+    UserLimits      per-user overrides of the rate limits and quotas (issue 6)
+
+The chat store's rules (CS-1 … CS-32) live in :mod:`jxai_app.store`, never here: these
+classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class ConversationStatus(models.TextChoices):
+    """Where a conversation stands (CS state ``status``)."""
+
+    IDLE = "idle", "idle"
+    STREAMING = "streaming", "streaming"
+    ERROR = "error", "error"
+
+
+class MessageRole(models.TextChoices):
+    """The OpenAI wire roles a saved message can have (CS-28, CS-29)."""
+
+    SYSTEM = "system", "system"
+    USER = "user", "user"
+    ASSISTANT = "assistant", "assistant"
+    TOOL = "tool", "tool"
+
+
+class MessageStatus(models.TextChoices):
+    """``streaming`` only for the in-flight assistant placeholder (CS-2, CS-30)."""
+
+    STREAMING = "streaming", "streaming"
+    COMPLETE = "complete", "complete"
+
+
+class Conversation(models.Model):
+    """One user's chat: a transcript of messages plus the state of its current turn."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    """Public identifier (URLs, websocket frames); random so ids reveal nothing."""
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_conversations"
+    )
+    """The user who owns it; nobody else can read or write it (SPEC §7, issue 6)."""
+    title = models.CharField(max_length=200, blank=True, default="")
+    """Shown in the conversation list; set from the first user message when empty."""
+    model = models.CharField(max_length=100, blank=True, default="")
+    """Model alias (a key of the configured model registry, SPEC §7), not a provider id."""
+    status = models.CharField(
+        max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
+    )
+    """idle / streaming (a turn runs) / error (the last turn failed; Retry offered)."""
+    last_error = models.TextField(blank=True, default="")
+    """Message of the last failed turn (CS-18), ``""`` when none; cleared by a new send."""
+    last_problem = models.JSONField(null=True, blank=True)
+    """RFC 9457 problem document of the last failed turn, ``None`` when none."""
+    token_count = models.PositiveIntegerField(default=0)
+    """Context tokens of the last model request (CS-23, CS-24: input + output − unreplayed
+    reasoning), from the provider's usage or an estimate."""
+    context_warning = models.BooleanField(default=False)
+    """On when ``token_count`` reached 80 % of the model's context window (SPEC §6)."""
+    turn_id = models.UUIDField(null=True, blank=True)
+    """UUID of the running turn, ``None`` when none. Set by a send, cleared when the turn
+    ends; guards every write of the turn runner so one turn runs per conversation across
+    worker processes."""
+    turn_heartbeat = models.DateTimeField(null=True, blank=True)
+    """Last sign of life of the running turn besides its message writes (a send, a round's
+    end, an explicit keep-alive). A turn is dead when this and every message write of the
+    conversation are older than the recovery threshold (:mod:`jxai_app.store.recovery`)."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When the conversation was created."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last change that matters to the user (send, turn end, rename); sorts the list."""
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"], name="jxai_conv_owner_recent"),
+            models.Index(fields=["status"], name="jxai_conv_status"),
+            models.Index(fields=["model"], name="jxai_conv_model"),
+            models.Index(fields=["created_at"], name="jxai_conv_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class Message(models.Model):
+    """One transcript entry in OpenAI wire roles (CS-28 … CS-31)."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    """The conversation it belongs to."""
+    position = models.PositiveIntegerField()
+    """0-based order within the conversation; unique per conversation."""
+    role = models.CharField(max_length=16, choices=MessageRole.choices)
+    """system / user / assistant / tool."""
+    content = models.TextField(blank=True, default="")
+    """The text (answer text for an assistant, result text for a tool reply)."""
+    reasoning_content = models.TextField(null=True, blank=True)
+    """Thinking text streamed with this assistant message; ``None`` when none streamed, so
+    it is replayed as ``reasoning_content`` only on the turn that streamed it (CS-31)."""
+    tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    """For a ``tool`` reply, the id of the call it answers (CS-29); ``""`` otherwise."""
+    usage = models.JSONField(null=True, blank=True)
+    """Assistant only: ``{"inputTokens", "outputTokens"[, "cachedInputTokens"]
+    [, "reasoningTokens"][, "estimated": true]}`` for the request that produced it;
+    ``estimated`` marks counts made up because the provider sent none."""
+    model = models.CharField(max_length=100, blank=True, default="")
+    """Model alias that produced an assistant message."""
+    stop_reason = models.CharField(max_length=32, blank=True, default="")
+    """The round's ``done`` stop reason (``stop``, ``tool_calls``, ``length``,
+    ``content_filter``), ``""`` while streaming or for non-model messages."""
+    status = models.CharField(
+        max_length=16, choices=MessageStatus.choices, default=MessageStatus.COMPLETE
+    )
+    """``streaming`` for the in-flight placeholder, ``complete`` otherwise."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When the row was inserted."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last write; a streaming placeholder's flushes refresh it (a sign of turn life)."""
+
+    class Meta:
+        ordering = ["conversation", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "position"], name="jxai_msg_position_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["conversation", "status"], name="jxai_msg_conv_status"),
+            models.Index(fields=["conversation", "updated_at"], name="jxai_msg_conv_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.position} {self.role}"
+
+
+class ToolCall(models.Model):
+    """A function call made by an assistant message, with its result once it ran."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="tool_calls")
+    """The assistant message that made the call."""
+    position = models.PositiveIntegerField()
+    """Order within the message (the order the model opened the calls)."""
+    call_id = models.CharField(max_length=200)
+    """The provider's call id; not unique (providers reuse ``call_0`` per round, RP-4)."""
+    name = models.CharField(max_length=200, blank=True, default="")
+    """Function name; ``""`` for a call that ended without one."""
+    arguments = models.TextField(blank=True, default="")
+    """Argument JSON text exactly as streamed, even when cut off (length cut-off)."""
+    result = models.JSONField(null=True, blank=True)
+    """The tool's result document (``{"success": …, …}``) or its raw text when not JSON;
+    ``None`` until it ran. Transcript-only: never sent on the wire (CS-31)."""
+    success = models.BooleanField(null=True, blank=True)
+    """``False`` iff the result is an object with ``success: false`` (MC-6); ``None`` until run."""
+    started_at = models.DateTimeField(null=True, blank=True)
+    """When ``tool_call_start`` arrived."""
+    finished_at = models.DateTimeField(null=True, blank=True)
+    """When the result was attached."""
+
+    class Meta:
+        ordering = ["message", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "position"], name="jxai_toolcall_position_unique"),
+        ]
+        indexes = [models.Index(fields=["call_id"], name="jxai_toolcall_call_id")]
+
+    def __str__(self) -> str:
+        return f"{self.name or '?'}({self.call_id})"
+
+
+API_TOKEN_PREFIX = "jxai_"
+"""Visible start of every plaintext token, so a leaked one is recognisable."""
+
+
+class ApiToken(models.Model):
+    """A jxai API token for programmatic use of ``/ai/chat`` (SPEC §7). Only a SHA-256 hash
+    of the secret is stored; the plaintext is shown once, by :meth:`issue`."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_api_tokens")
+    """The user the token acts as."""
+    name = models.CharField(max_length=100)
+    """A label chosen by its creator (where the token is used)."""
+    prefix = models.CharField(max_length=16, editable=False)
+    """The first characters of the plaintext (``jxai_`` + 6), to recognise it in lists."""
+    secret_hash = models.CharField(max_length=64, unique=True, editable=False)
+    """Hex SHA-256 of the whole plaintext token (a high-entropy secret needs no slow hash)."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was issued."""
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    """Last successful authentication with it; ``None`` when never used."""
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    """When it was revoked; a revoked token never authenticates."""
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def hash_secret(plaintext: str) -> str:
+        """Hex SHA-256 of ``plaintext`` (UTF-8), the value stored in :attr:`secret_hash`."""
+        return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
+
+    @classmethod
+    def issue(cls, *, user: Any, name: str) -> tuple[ApiToken, str]:
+        """Create a token for ``user`` and return ``(token, plaintext)``.
+
+        The plaintext (``jxai_`` + 43 URL-safe characters, 256 bits) is returned only here;
+        the database keeps its hash and a short prefix.
+        """
+        plaintext = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user, name=name, prefix=plaintext[: len(API_TOKEN_PREFIX) + 6],
+            secret_hash=cls.hash_secret(plaintext),
+        )
+        return token, plaintext
+
+    @property
+    def is_active(self) -> bool:
+        """True unless revoked."""
+        return self.revoked_at is None
+
+
+class ToolPolicy(models.Model):
+    """Who may use a registered tool and within what limits (issue 6; edited in admin).
+    A tool without a policy row follows the registry's defaults."""
+
+    tool_name = models.CharField(max_length=200, unique=True)
+    """Name of the tool in the registry."""
+    enabled = models.BooleanField(default=True)
+    """Off: the tool is offered to nobody."""
+    allowed_groups = models.ManyToManyField("auth.Group", blank=True, related_name="jxai_tool_policies")
+    """Groups whose members may use the tool; empty means every user."""
+    max_calls_per_turn = models.PositiveIntegerField(null=True, blank=True)
+    """Most calls of this tool in one turn; ``None`` = no tool-specific cap."""
+    timeout_seconds = models.FloatField(null=True, blank=True)
+    """Execution timeout in seconds; ``None`` = the registry's default."""
+
+    class Meta:
+        ordering = ["tool_name"]
+        verbose_name_plural = "tool policies"
+
+    def __str__(self) -> str:
+        return self.tool_name
+
+
+class UserLimits(models.Model):
+    """Per-user overrides of the rate limit and quota settings (issue 6); ``None`` = default."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_limits")
+    """The user these limits apply to."""
+    turns_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    """Most turns started per rolling minute; ``None`` = the settings' default."""
+    tokens_per_day = models.PositiveIntegerField(null=True, blank=True)
+    """Most tokens (input + output) per day; ``None`` = the settings' default."""
+
+    class Meta:
+        verbose_name = "user limits"
+        verbose_name_plural = "user limits"
+
+    def __str__(self) -> str:
+        return f"limits for {self.user}"

@@ -151,9 +151,12 @@ def _eval(node: ast.AST) -> int | float:
             return _CONSTANTS[node.id]
         raise _CalcError(f"unknown name {node.id!r} (known constants: {', '.join(_CONSTANTS)})")
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS:
-            shown = node.func.id if isinstance(node.func, ast.Name) else "that"
-            raise _CalcError(f"unknown function {shown!r} (known: {', '.join(_FUNCTIONS)})")
+        if isinstance(node.func, ast.Attribute):
+            raise _CalcError("attribute access is not allowed")
+        if not isinstance(node.func, ast.Name):
+            raise _CalcError("only the named math functions can be called")
+        if node.func.id not in _FUNCTIONS:
+            raise _CalcError(f"unknown function {node.func.id!r} (known: {', '.join(_FUNCTIONS)})")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > 10:
             raise _CalcError(f"call {node.func.id} with at most 10 plain arguments")
         args = [_eval(a) for a in node.args]

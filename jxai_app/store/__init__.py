@@ -1,0 +1,68 @@
+"""The chat store: the rules of the original chat store (CS-1 … CS-32) as services over
+the Django models (SPEC §6). Views, consumers, the turn runner and admin call these and hold
+no rules of their own.
+
+Services (keyword-only; every one that takes a conversation id also takes the requesting
+user and raises ``ProblemError`` ``not-found`` for a missing, malformed or foreign id)::
+
+    conversation_create(*, user, model, title="", system_prompt=None) -> Conversation
+    conversation_get(*, user, conversation_id, stale_after=30.0) -> Conversation   (recovers)
+    conversation_list(*, user) -> QuerySet[Conversation]                          (recent first)
+    message_list(*, user, conversation_id, stale_after=30.0) -> (Conversation, [Message])
+    conversation_rename(*, user, conversation_id, title) -> Conversation
+    conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
+    message_send(*, user, conversation_id, text, model=None, stale_after=30.0) -> TurnStart
+    turn_cancel(*, user, conversation_id) -> UUID | None
+    message_retry(*, user, conversation_id) -> str | None
+    tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
+    to_messages(conversation) -> list[dict]                                       (OpenAI wire)
+    conversations_export(conversations) -> list[dict]
+    turns_recover(*, stale_after=30.0, everything=False) -> int
+
+A running turn writes through a :class:`TurnRecorder` (bounded writes; see its module).
+"""
+
+from __future__ import annotations
+
+from jxai_app.store.common import FLUSH_INTERVAL_SECONDS, KEEPALIVE_INTERVAL_SECONDS, STALE_AFTER_SECONDS
+from jxai_app.store.conversation import (
+    conversation_create,
+    conversation_delete,
+    conversation_get,
+    conversation_list,
+    conversation_rename,
+    message_list,
+)
+from jxai_app.store.recorder import TurnRecorder
+from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
+from jxai_app.store.turn import TurnStart, message_retry, message_send, tool_result_attach, turn_cancel
+from jxai_app.store.usage import context_tokens, context_warning, usage_estimate, usage_from
+from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
+
+__all__ = [
+    "FLUSH_INTERVAL_SECONDS",
+    "KEEPALIVE_INTERVAL_SECONDS",
+    "STALE_AFTER_SECONDS",
+    "TurnRecorder",
+    "TurnStart",
+    "context_tokens",
+    "context_warning",
+    "conversation_create",
+    "conversation_delete",
+    "conversation_get",
+    "conversation_list",
+    "conversation_rename",
+    "conversations_export",
+    "message_list",
+    "message_retry",
+    "message_send",
+    "messages_to_wire",
+    "to_messages",
+    "tool_result_attach",
+    "turn_abandon",
+    "turn_cancel",
+    "turn_is_stale",
+    "turns_recover",
+    "usage_estimate",
+    "usage_from",
+]

@@ -1,0 +1,237 @@
+"""Turn services: send, cancel, retry, tool results (CS-2, CS-3, CS-10 … CS-16, CS-19, CS-21).
+
+One turn per conversation, across worker processes, enforced by the database: a send is a
+conditional ``UPDATE … WHERE NOT status='streaming'`` that sets a fresh ``turn_id``; the
+loser of two simultaneous sends updates no row and gets ``conflict``. Every later write of
+the turn is guarded by that ``turn_id`` (see :mod:`jxai_app.store.recorder`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, Max, Value, When
+from django.utils import timezone
+
+from jxai_app.models import (
+    Conversation,
+    ConversationStatus,
+    Message,
+    MessageRole,
+    MessageStatus,
+    ToolCall,
+)
+from jxai_app.problems import problem_error
+from jxai_app.store.common import (
+    STALE_AFTER_SECONDS,
+    get_owned,
+    invalid,
+    next_position,
+    not_found,
+    owned_one,
+    title_from,
+)
+from jxai_app.store.recovery import turn_abandon, turn_is_stale
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnStart:
+    """What a successful send created; hand it to ``TurnRecorder``."""
+
+    conversation_id: uuid.UUID
+    """The conversation the turn runs in."""
+    turn_id: uuid.UUID
+    """The new turn's id (``Conversation.turn_id``)."""
+    user_message_id: int
+    """Primary key of the saved user message."""
+    assistant_message_id: int
+    """Primary key of the assistant placeholder (status ``streaming``)."""
+    model: str
+    """The model alias the turn uses."""
+
+
+def _conflict() -> Exception:
+    return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
+
+
+@transaction.atomic
+def message_send(
+    *, user: Any, conversation_id: uuid.UUID | str, text: str, model: str | None = None,
+    stale_after: float = STALE_AFTER_SECONDS,
+) -> TurnStart:
+    """Save the user's message and an empty assistant placeholder and start a turn (CS-2).
+
+    Two writes on the happy path: the conversation's conditional UPDATE (status streaming,
+    new turn id, error cleared, title from the text when empty, model when given) and one
+    INSERT of both messages.
+
+    Args:
+        user: the requesting user (must own the conversation).
+        conversation_id: the conversation.
+        text: the user's message (not blank; length limits are the caller's, issue 6).
+        model: a model alias to switch the conversation to, or ``None`` to keep its model.
+        stale_after: a running turn silent this long is abandoned first (crash recovery).
+
+    Raises:
+        ProblemError: ``not-found`` (missing or foreign id), ``invalid-request`` (blank text),
+            ``conflict`` while a live turn runs (replaces CS-3's silent ignore).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise invalid("The message is empty.")
+    rows = owned_one(user, conversation_id)
+    now = timezone.now()
+    turn_id = uuid.uuid4()
+    changes: dict[str, Any] = {
+        "status": ConversationStatus.STREAMING, "turn_id": turn_id, "turn_heartbeat": now,
+        "last_error": "", "last_problem": None, "updated_at": now,
+        "title": Case(When(title="", then=Value(title_from(text))), default="title"),
+    }
+    if model:
+        changes["model"] = model
+    idle = rows.exclude(status=ConversationStatus.STREAMING)
+    if not idle.update(**changes):
+        current = rows.first()
+        if current is None:
+            raise not_found()
+        revived = turn_is_stale(current, stale_after=stale_after) and turn_abandon(
+            conversation_id=current.pk, turn_id=current.turn_id, stale_after=stale_after
+        )
+        if not (revived and idle.update(**changes)):
+            raise _conflict()
+    cid, alias = rows.values_list("pk", "model").get()
+    position = next_position(cid)
+    user_message, placeholder = Message.objects.bulk_create([
+        Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text),
+        Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT, model=alias,
+                status=MessageStatus.STREAMING),
+    ])
+    return TurnStart(conversation_id=cid, turn_id=turn_id, user_message_id=user_message.pk,
+                     assistant_message_id=placeholder.pk, model=alias)
+
+
+def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:
+    """Stop the running turn from anywhere (any tab, any worker): delete the partial
+    assistant message and its calls, keep completed rounds, return to idle (CS-19).
+
+    The turn's own recorder then finds its placeholder gone and writes nothing more. Safe
+    without a running turn (no-op).
+
+    Returns:
+        The id of the turn that was stopped, or ``None`` when none ran.
+
+    Raises:
+        ProblemError: ``not-found``.
+    """
+    conversation = get_owned(user, conversation_id)
+    if conversation.status != ConversationStatus.STREAMING:
+        return None
+    ended = turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id)
+    return conversation.turn_id if ended else None
+
+
+@transaction.atomic
+def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
+    """Drop the last exchange so its user text can be sent again (CS-21).
+
+    Removes the trailing non-user messages and then the last user message (earlier turns
+    survive), sets the conversation idle and clears its error.
+
+    Returns:
+        The removed user message's text (send it again with :func:`message_send`), or
+        ``None`` when there is no user message (no-op).
+
+    Raises:
+        ProblemError: ``not-found``; ``conflict`` while a turn runs.
+    """
+    conversation = get_owned(user, conversation_id, for_update=True)
+    if conversation.status == ConversationStatus.STREAMING:
+        raise _conflict()
+    last_user = (Message.objects.filter(conversation=conversation, role=MessageRole.USER)
+                 .order_by("-position").first())
+    if last_user is None:
+        return None
+    Message.objects.filter(conversation=conversation, position__gte=last_user.position).delete()
+    Conversation.objects.filter(pk=conversation.pk).update(
+        status=ConversationStatus.IDLE, last_error="", last_problem=None, updated_at=timezone.now()
+    )
+    return last_user.content
+
+
+def _result_of(content: str) -> tuple[Any, bool]:
+    """``(result, success)`` of a tool reply: the parsed JSON (or the raw text when it is not
+    JSON) and whether it succeeded: false iff an object with ``success: false`` (MC-6)."""
+    try:
+        parsed = json.loads(content)
+    except (TypeError, ValueError):
+        return content, True
+    return parsed, not (isinstance(parsed, dict) and parsed.get("success") is False)
+
+
+def tool_result_insert(
+    *, conversation_id: uuid.UUID, call_id: str, content: str, success: bool | None, now: datetime
+) -> Message:
+    """Save a tool reply (core of the two attach services; two writes, call it in a transaction).
+
+    The call it answers is the one with ``call_id`` on the nearest preceding assistant
+    message of the current turn (CS-12, CS-13: a reused id attaches to the later request;
+    CS-15: never across the turn's user message). The reply is appended as a ``tool``
+    message and the call gets ``result``, ``success`` and ``finished_at``.
+
+    Raises:
+        ProblemError: ``invalid-request`` when no call of the turn has that id (CS-11/CS-14
+            ignore it silently; a clear refusal loses nothing and corrupts nothing), when that
+            call already has a result, or when ``content`` is not a string.
+    """
+    if not isinstance(content, str):
+        raise invalid("A tool result must be text (the JSON the model will read).")
+    turn_start = (Message.objects.filter(conversation_id=conversation_id, role=MessageRole.USER)
+                  .aggregate(top=Max("position"))["top"])
+    call = (ToolCall.objects.filter(
+        message__conversation_id=conversation_id, message__role=MessageRole.ASSISTANT,
+        message__status=MessageStatus.COMPLETE, message__position__gt=-1 if turn_start is None else turn_start,
+        call_id=call_id,
+    ).order_by("-message__position", "-position").first())
+    if call is None:
+        raise invalid(f"No tool call with id {call_id!r} in this turn.")
+    if call.finished_at is not None:
+        raise invalid(f"Tool call {call_id!r} already has a result.")
+    result, derived = _result_of(content)
+    reply = Message.objects.create(
+        conversation_id=conversation_id, position=next_position(conversation_id), role=MessageRole.TOOL,
+        tool_call_id=call_id, content=content,
+    )
+    ToolCall.objects.filter(pk=call.pk).update(
+        result=result, success=derived if success is None else success, finished_at=now
+    )
+    return reply
+
+
+@transaction.atomic
+def tool_result_attach(
+    *, user: Any, conversation_id: uuid.UUID | str, call_id: str, content: str, success: bool | None = None
+) -> Message:
+    """Attach a tool's result to its call and append the ``tool`` reply (CS-10, CS-12, CS-16),
+    whatever the conversation's status (for results that arrive after a turn ended, e.g. an
+    answered question). Inside a turn use ``TurnRecorder.attach_tool_result``.
+
+    Args:
+        user: the requesting user.
+        conversation_id: the conversation.
+        call_id: the id of the call answered.
+        content: the reply text the model will read (usually ``{"success": …}`` JSON).
+        success: overrides the success derived from ``content`` (MC-6).
+
+    Returns:
+        The saved ``tool`` message.
+
+    Raises:
+        ProblemError: ``not-found``; ``invalid-request`` (see :func:`tool_result_insert`).
+    """
+    conversation = get_owned(user, conversation_id, for_update=True)
+    return tool_result_insert(conversation_id=conversation.pk, call_id=call_id, content=content,
+                              success=success, now=timezone.now())

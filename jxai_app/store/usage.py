@@ -1,0 +1,91 @@
+"""Token usage as saved on assistant messages, and the conversation's context figures.
+
+Saved shape (camelCase like the ``usage`` event, SPEC §1, without ``type``)::
+
+    {"inputTokens": 120, "outputTokens": 30[, "cachedInputTokens": 0][, "reasoningTokens": 8]
+     [, "estimated": true]}
+
+``estimated`` marks counts made up because the provider sent no usage (issue 6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final, Mapping
+
+from jxai_app.streaming.events import UsageEvent
+
+CHARS_PER_TOKEN: Final[int] = 4
+"""Rough characters per token for estimates (OpenAI's rule of thumb for English text)."""
+CONTEXT_WARNING_RATIO: Final[float] = 0.8
+"""The context warning turns on at this share of the model's context window (SPEC §6)."""
+
+_OPTIONAL: Final[tuple[str, ...]] = ("cachedInputTokens", "reasoningTokens")
+
+
+def _count(value: Any) -> int | None:
+    """A finite non-negative whole count, else ``None`` (CS-25; ``True``/``False`` are not counts)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return int(value)
+
+
+def usage_from(value: UsageEvent | Mapping[str, Any] | None) -> dict[str, int] | None:
+    """Normalise provider usage to the saved shape.
+
+    Args:
+        value: a :class:`UsageEvent`, or a mapping in wire form (``inputTokens`` …, a
+            ``type`` member is ignored), or ``None``.
+
+    Returns:
+        The saved dict, or ``None`` when ``value`` is ``None`` or its input/output counts are
+        not finite non-negative numbers (the whole frame is ignored, CS-25). A bad optional
+        count is dropped (CS-25 treats a non-numeric reasoning figure as 0).
+    """
+    if value is None:
+        return None
+    data = value.to_dict() if isinstance(value, UsageEvent) else value
+    inp, out = _count(data.get("inputTokens")), _count(data.get("outputTokens"))
+    if inp is None or out is None:
+        return None
+    doc = {"inputTokens": inp, "outputTokens": out}
+    for key in _OPTIONAL:
+        extra = _count(data.get(key))
+        if extra is not None:
+            doc[key] = extra
+    return doc
+
+
+def usage_estimate(*, input_tokens: int, output_chars: int) -> dict[str, Any]:
+    """Made-up usage for a round whose provider sent none, marked ``estimated: true``.
+
+    Args:
+        input_tokens: the caller's estimate of the request's tokens (0 when unknown).
+        output_chars: characters the model produced (text + reasoning + call arguments);
+            counted as ``ceil(chars / 4)`` tokens.
+    """
+    return {
+        "inputTokens": max(0, int(input_tokens)),
+        "outputTokens": math.ceil(max(0, output_chars) / CHARS_PER_TOKEN),
+        "estimated": True,
+    }
+
+
+def context_tokens(usage: Mapping[str, Any], *, reasoning_replayed: bool) -> int:
+    """Tokens the next request will carry: ``max(0, input + output − unreplayed reasoning)``.
+
+    Reasoning counts as replayed (not subtracted) only when the message keeps reasoning text
+    *and* has text or calls, i.e. when :func:`~jxai_app.store.wire.to_messages` sends it
+    (CS-24: 120+30−8 = 142; reasoning with answer 100+40 = 140; reasoning-only 100+40−40 = 100).
+    """
+    total = int(usage.get("inputTokens", 0)) + int(usage.get("outputTokens", 0))
+    if not reasoning_replayed:
+        total -= int(usage.get("reasoningTokens", 0) or 0)
+    return max(0, total)
+
+
+def context_warning(tokens: int, context_window: int | None) -> bool:
+    """True when ``tokens`` reached 80 % of ``context_window`` (never for an unknown window)."""
+    return bool(context_window) and tokens >= CONTEXT_WARNING_RATIO * int(context_window or 0)

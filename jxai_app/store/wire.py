@@ -1,0 +1,84 @@
+"""Saved transcript → OpenAI Chat Completions wire messages (CS-28 … CS-31, MC-15, MC-17).
+
+::
+
+    user / system  {"role", "content"}
+    assistant      {"role", "content"[, "reasoning_content"][, "tool_calls"]}
+                   content is null when it wrote nothing but made calls
+                   tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
+    tool           {"role": "tool", "tool_call_id", "content"}
+
+Left out (CS-30, MC-15): the in-flight placeholder (status ``streaming``) and every
+assistant turn with no call and no text, reasoning-only turns included. ``reasoning_content``
+goes only on the turn that streamed it (CS-31). Call results, ids, timestamps, usage and
+models never reach the wire. Building the wire never writes to the database (CS-32).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from django.db.models import Prefetch
+
+from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+
+
+def with_tool_calls(messages: Any) -> Any:
+    """``messages`` (a Message queryset) with their calls prefetched in call order."""
+    return messages.prefetch_related(Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
+
+
+def message_to_wire(message: Message) -> dict[str, Any] | None:
+    """One saved message in wire shape, or ``None`` when it is left out (see module doc)."""
+    if message.status == MessageStatus.STREAMING:
+        return None
+    role = message.role
+    if role == MessageRole.TOOL:
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if role != MessageRole.ASSISTANT:
+        return {"role": role, "content": message.content}
+    calls = list(message.tool_calls.all())
+    text = message.content
+    if not calls and not text:
+        return None
+    entry: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if message.reasoning_content is not None:
+        entry["reasoning_content"] = message.reasoning_content
+    if calls:
+        entry["tool_calls"] = [
+            {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in calls
+        ]
+    return entry
+
+
+def messages_to_wire(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Wire list for already-loaded messages in position order (prefetch their calls)."""
+    return [entry for entry in map(message_to_wire, messages) if entry is not None]
+
+
+def to_messages(conversation: Conversation) -> list[dict[str, Any]]:
+    """The conversation's history as OpenAI wire messages, ready for the next request.
+
+    The caller has already checked ownership (get the conversation through
+    :func:`~jxai_app.store.conversation_get`). Two queries, no writes.
+    """
+    messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
+    return messages_to_wire(messages)
+
+
+def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:
+    """Export documents for admin: ``[{"id", "title", "owner", "model", "created_at",
+    "updated_at", "messages": <wire list>}]`` in the given order."""
+    return [
+        {
+            "id": str(conversation.pk),
+            "title": conversation.title,
+            "owner": conversation.owner.get_username(),
+            "model": conversation.model,
+            "created_at": conversation.created_at.isoformat(),
+            "updated_at": conversation.updated_at.isoformat(),
+            "messages": to_messages(conversation),
+        }
+        for conversation in conversations
+    ]

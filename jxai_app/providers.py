@@ -36,6 +36,7 @@ Keys and base URLs never leave through ``public_listing`` (what ``GET /ai/models
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ ProviderKind = Literal["openai", "anthropic", "proxy"]
 DEFAULT_CONTEXT_WINDOW = 8192
 """Tokens assumed for a model whose ``context_window`` is not configured (conservative)."""
 
+logger = logging.getLogger("jxai_app.providers")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _PROVIDER_SCHEMA: dict[str, Any] = {
@@ -400,17 +402,20 @@ class ModelRegistry:
         Returns:
             An ``OpenAIChatClient``, ``AnthropicChatClient`` or ``ProxyChatClient``.
 
+        A key variable that is unset or empty is logged and no key is sent (some servers
+        take one only optionally); a provider that needs it answers 401, which the client
+        turns into an ``error`` event.
+
         Raises:
             UnknownModelError: no such alias.
-            ConfigurationError: the provider names a key variable that is unset or empty.
         """
         model = self.get(alias)
         provider = self._providers[model.provider]
         api_key = provider.api_key
         if provider.api_key_env and api_key is None:
-            raise ConfigurationError(
-                f"Model {alias!r} needs an API key in the environment variable {provider.api_key_env}, which is not set."
-            )
+            # Not an error here: some servers take a key only optionally (vLLM, local
+            # gateways); a provider that needs one answers 401, which the client reports.
+            logger.warning("model %s: environment variable %s is not set; sending no key", alias, provider.api_key_env)
         from jxai_app.streaming import AnthropicChatClient, OpenAIChatClient, ProxyChatClient
 
         common: dict[str, Any] = {

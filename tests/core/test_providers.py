@@ -6,10 +6,19 @@ import copy
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from jxai_app.errors import ConfigurationError, UnknownModelError
 from jxai_app.providers import DEFAULT_CONTEXT_WINDOW, ModelConfig, ModelRegistry, ProviderConfig
+from jxai_app.streaming import (
+    PROVIDER_PRESETS,
+    AnthropicChatClient,
+    ClientTimeouts,
+    OpenAIChatClient,
+    ProxyChatClient,
+)
+from tests.support.fake_provider import FakeProvider, Script, anthropic_text_stream, openai_text_stream, proxy_stream
 
 CONFIG: dict[str, Any] = {
     "providers": {
@@ -177,10 +186,105 @@ def test_public_listing_shows_no_keys_or_urls(monkeypatch: pytest.MonkeyPatch) -
         assert secret not in text
 
 
-def test_building_a_client_needs_the_named_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("JXAI_TEST_OPENAI_KEY", raising=False)
+def loopback_config(fake: FakeProvider) -> dict[str, Any]:
+    return {
+        "providers": {
+            "oa": {"kind": "openai", "base_url": fake.url, "api_key_env": "JXAI_TEST_OPENAI_KEY", "extra_headers": {"X-Org": "jx"}},
+            "an": {"kind": "anthropic", "base_url": fake.url, "api_key_env": "JXAI_TEST_ANTHROPIC_KEY"},
+            "px": {"kind": "proxy", "base_url": fake.base + "/ai/chat", "api_key_env": "JXAI_TEST_PROXY_TOKEN",
+                   "api_base_url": "https://up.example/v1"},
+        },
+        "models": {
+            "gpt": {"provider": "oa", "model_id": "gpt-4o", "temperature": 0, "tool_choice": "required", "max_tokens": 99},
+            "sonnet": {"provider": "an", "model_id": "claude-sonnet-4", "max_tokens": 321, "temperature": 0.5},
+            "haiku": {"provider": "an", "model_id": "claude-haiku"},
+            "gw": {"provider": "px", "model_id": "upstream-model"},
+        },
+    }
+
+
+async def collect(client: Any, tools: list[dict[str, Any]] | None = None) -> list[Any]:
+    return [e async for e in client.stream_chat([{"role": "user", "content": "hi"}], tools, "be brief")]
+
+
+TOOL = {"type": "function", "function": {"name": "calculate", "description": "", "parameters": {"type": "object"}}}
+
+
+async def test_build_client_openai_sends_model_key_headers_and_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JXAI_TEST_OPENAI_KEY", "sk-loop")
+    with FakeProvider([Script(writes=openai_text_stream(["he", "llo"]))]) as fake:
+        client = ModelRegistry.from_dict(loopback_config(fake)).build_client("gpt")
+        assert isinstance(client, OpenAIChatClient)
+        events = await collect(client, [TOOL])
+    assert "".join(e.content for e in events if e.type == "delta") == "hello"
+    assert events[-1].type == "done"
+    request = fake.requests[0]
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["authorization"] == "Bearer sk-loop"
+    assert request.headers["x-org"] == "jx"
+    body = request.json
+    assert (body["model"], body["temperature"], body["tool_choice"], body["max_tokens"]) == ("gpt-4o", 0, "required", 99)
+
+
+async def test_build_client_anthropic_uses_model_max_tokens_or_4096(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JXAI_TEST_ANTHROPIC_KEY", "ak-loop")
+    with FakeProvider([Script(writes=anthropic_text_stream(["ok"])), Script(writes=anthropic_text_stream(["ok"]))]) as fake:
+        registry = ModelRegistry.from_dict(loopback_config(fake))
+        sonnet, haiku = registry.build_client("sonnet"), registry.build_client("haiku")
+        assert isinstance(sonnet, AnthropicChatClient)
+        assert (await collect(sonnet))[-1].type == "done"
+        assert (await collect(haiku))[-1].type == "done"
+    first, second = fake.requests
+    assert first.path == "/v1/messages" and first.headers["x-api-key"] == "ak-loop"
+    assert (first.json["model"], first.json["max_tokens"], first.json["temperature"]) == ("claude-sonnet-4", 321, 0.5)
+    assert (second.json["model"], second.json["max_tokens"]) == ("claude-haiku", 4096)
+    assert "temperature" not in second.json
+
+
+async def test_build_client_proxy_posts_to_the_chat_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JXAI_TEST_PROXY_TOKEN", "jx-token")
+    answer = proxy_stream([{"type": "delta", "content": "hi"}, {"type": "done", "stopReason": "stop"}])
+    with FakeProvider([Script(writes=answer)]) as fake:
+        client = ModelRegistry.from_dict(loopback_config(fake)).build_client("gw")
+        assert isinstance(client, ProxyChatClient)
+        events = await collect(client)
+    assert [e.type for e in events] == ["delta", "done"]
+    request = fake.requests[0]
+    assert request.path == "/ai/chat"
+    assert request.headers["x-api-key"] == "jx-token"
+    assert request.headers["x-api-base-url"] == "https://up.example/v1"
+    assert request.json["model"] == "upstream-model"
+
+
+async def test_build_client_passes_timeouts_and_transport_and_reads_the_key_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        body = b"".join(openai_text_stream(["x"]))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
     registry = ModelRegistry.from_dict(CONFIG)
-    with pytest.raises(ConfigurationError, match="Model 'gpt' needs an API key in the environment variable JXAI_TEST_OPENAI_KEY"):
-        registry.build_client("gpt")
+    timeouts = ClientTimeouts(connect=1.0, first_byte=2.0, idle=3.0)
+    monkeypatch.delenv("JXAI_TEST_OPENAI_KEY", raising=False)
+    keyless = registry.build_client("gpt", timeouts=timeouts, transport=httpx.MockTransport(handler))
+    assert keyless.timeouts is timeouts
+    monkeypatch.setenv("JXAI_TEST_OPENAI_KEY", "sk-later")
+    keyed = registry.build_client("gpt", transport=httpx.MockTransport(handler))
+    assert keyed.timeouts == ClientTimeouts()
+    assert (await collect(keyless))[-1].type == "done"
+    assert (await collect(keyed))[-1].type == "done"
+    assert "authorization" not in seen[0].headers
+    assert seen[1].headers["authorization"] == "Bearer sk-later"
+    assert str(seen[1].url) == "https://api.openai.com/v1/chat/completions"
     with pytest.raises(UnknownModelError):
         registry.build_client("nope")
+
+
+def test_the_streaming_presets_are_usable_by_name() -> None:
+    data = {"providers": {"p": {"preset": "openrouter"}}, "models": {"m": {"provider": "p", "model_id": "x/y"}}}
+    provider = ModelRegistry.from_dict(data).provider("p")
+    assert provider.kind == PROVIDER_PRESETS["openrouter"].kind
+    assert provider.base_url == PROVIDER_PRESETS["openrouter"].base_url
+    assert dict(provider.extra_headers) == dict(PROVIDER_PRESETS["openrouter"].extra_headers)
+    assert provider.api_key_env == PROVIDER_PRESETS["openrouter"].api_key_env

@@ -179,3 +179,27 @@ LOGGING = {
 # --- jxai (read only through jxai_app.conf) -------------------------------------------
 JXAI_CANCEL_ON_DISCONNECT = env_bool("JXAI_CANCEL_ON_DISCONNECT", False)
 JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
+
+# Everything below is read only through jxai_app.conf (which also reads the provider
+# variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,
+# JXAI_MODELS_JSON, JXAI_LOCAL_MODEL_URL directly, so keys never sit in settings).
+JXAI_SYSTEM_PROMPT = os.environ.get(
+    "JXAI_SYSTEM_PROMPT",
+    "You are jxai, a helpful assistant. Answer clearly and concisely. Use the tools you are "
+    "given when they help, and say so when you cannot do something.",
+)
+JXAI_CONNECT_TIMEOUT = float(os.environ.get("JXAI_CONNECT_TIMEOUT", "10"))
+JXAI_FIRST_BYTE_TIMEOUT = float(os.environ.get("JXAI_FIRST_BYTE_TIMEOUT", "120"))
+JXAI_IDLE_TIMEOUT = float(os.environ.get("JXAI_IDLE_TIMEOUT", "60"))
+JXAI_MAX_TOOL_ROUNDS = int(os.environ.get("JXAI_MAX_TOOL_ROUNDS", "5"))
+JXAI_MAX_ROUNDS = int(os.environ.get("JXAI_MAX_ROUNDS", "25"))
+JXAI_TOOL_CONCURRENCY = int(os.environ.get("JXAI_TOOL_CONCURRENCY", "4"))
+JXAI_TOOL_MODULES = env_list("JXAI_TOOL_MODULES", [])
+JXAI_MAX_MESSAGE_CHARS = int(os.environ.get("JXAI_MAX_MESSAGE_CHARS", "32000"))
+JXAI_MAX_BODY_BYTES = int(os.environ.get("JXAI_MAX_BODY_BYTES", str(1024 * 1024)))
+JXAI_MAX_MESSAGES = int(os.environ.get("JXAI_MAX_MESSAGES", "200"))
+JXAI_WS_MAX_FRAME_BYTES = int(os.environ.get("JXAI_WS_MAX_FRAME_BYTES", str(256 * 1024)))
+JXAI_TURNS_PER_MINUTE = int(os.environ.get("JXAI_TURNS_PER_MINUTE", "20"))
+JXAI_TOKENS_PER_DAY = int(os.environ.get("JXAI_TOKENS_PER_DAY", "2000000"))
+JXAI_CONVERSATIONS_PAGE_SIZE = int(os.environ.get("JXAI_CONVERSATIONS_PAGE_SIZE", "50"))
+JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))

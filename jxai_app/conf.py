@@ -1,0 +1,218 @@
+"""The one place that reads jxai's settings and builds the core's objects (STYLE.md).
+
+Settings (``project/settings.py``, from the environment) are injected into the framework-free
+core as constructor arguments: seconds for timeouts, counts for budgets, URLs and key
+*names* for providers. Provider keys are read from the environment at client build time and
+never stored in settings, logs or pages.
+
+Model registry sources, first match wins (SPEC §7 "Models and providers"):
+
+1. ``JXAI_MODELS_JSON``: the registry dict as JSON text (see :mod:`jxai_app.providers`);
+2. ``JXAI_MODELS_FILE``: a path to a JSON file holding that dict;
+3. ``OPENAI_API_KEY`` (+ ``OPENAI_BASE_URL``, ``JXAI_MODEL``, ``JXAI_CONTEXT_WINDOW``) and/or
+   ``ANTHROPIC_API_KEY`` (+ ``ANTHROPIC_BASE_URL``, ``JXAI_ANTHROPIC_MODEL``);
+4. otherwise the embedded local model at ``JXAI_LOCAL_MODEL_URL``
+   (default ``http://127.0.0.1:8081/v1``, started by ``manage.py runlocalmodel``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from django.conf import settings
+
+from jxai_app.agent import AgentPolicy
+from jxai_app.errors import ConfigurationError
+from jxai_app.providers import ModelRegistry
+from jxai_app.streaming import ClientTimeouts
+from jxai_app.tools import ToolRegistry, default_registry
+
+LOCAL_PROVIDER = "local"
+LOCAL_MODEL_ALIAS = "gemma-3-270m"
+DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
+
+# Variables that configure a provider; with none of them set the local model is used.
+PROVIDER_VARIABLES = ("JXAI_MODELS_JSON", "JXAI_MODELS_FILE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def uses_local_model(environ: Mapping[str, str] | None = None) -> bool:
+    """True when no provider is configured, so the embedded local model is the default."""
+    env = os.environ if environ is None else environ
+    return not any(env.get(name) for name in PROVIDER_VARIABLES)
+
+
+def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Build the model registry dict (``jxai_app.providers`` format) from the environment.
+
+    Raises:
+        ConfigurationError: ``JXAI_MODELS_JSON`` is not JSON, or ``JXAI_MODELS_FILE`` is
+            unreadable or not JSON.
+    """
+    if environ.get("JXAI_MODELS_JSON"):
+        try:
+            return dict(json.loads(environ["JXAI_MODELS_JSON"]))
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"JXAI_MODELS_JSON is not a JSON object: {exc}") from None
+    if environ.get("JXAI_MODELS_FILE"):
+        path = Path(environ["JXAI_MODELS_FILE"])
+        try:
+            return dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigurationError(f"JXAI_MODELS_FILE {str(path)!r} is unreadable: {exc}") from None
+    providers: dict[str, Any] = {}
+    models: dict[str, Any] = {}
+    if environ.get("OPENAI_API_KEY"):
+        providers["openai"] = {
+            "kind": "openai",
+            "base_url": environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+            "api_key_env": "OPENAI_API_KEY",
+        }
+        model_id = environ.get("JXAI_MODEL") or "gpt-4o-mini"
+        models[model_id] = {
+            "provider": "openai",
+            "model_id": model_id,
+            "context_window": int(environ.get("JXAI_CONTEXT_WINDOW") or 128000),
+            "supports_tools": True,
+        }
+    if environ.get("ANTHROPIC_API_KEY"):
+        providers["anthropic"] = {
+            "kind": "anthropic",
+            "base_url": environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com/v1",
+            "api_key_env": "ANTHROPIC_API_KEY",
+        }
+        model_id = environ.get("JXAI_ANTHROPIC_MODEL") or "claude-sonnet-4-5"
+        models[model_id] = {
+            "provider": "anthropic",
+            "model_id": model_id,
+            "context_window": int(environ.get("JXAI_ANTHROPIC_CONTEXT_WINDOW") or 200000),
+            "supports_tools": True,
+        }
+    if not models:
+        providers[LOCAL_PROVIDER] = {
+            "kind": "openai",
+            "base_url": environ.get("JXAI_LOCAL_MODEL_URL") or DEFAULT_LOCAL_MODEL_URL,
+            "api_key_env": None,
+        }
+        models[LOCAL_MODEL_ALIAS] = {
+            "provider": LOCAL_PROVIDER,
+            "model_id": LOCAL_MODEL_ALIAS,
+            "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
+            "supports_tools": True,
+            "label": "Gemma 3 270M (local)",
+        }
+    return {"providers": providers, "models": models, "roles": {"default": next(iter(models))}}
+
+
+@functools.cache
+def get_model_registry() -> ModelRegistry:
+    """The process-wide model registry (settings ``JXAI_MODELS`` dict if set, else the
+    environment; see the module docstring)."""
+    configured = getattr(settings, "JXAI_MODELS", None)
+    data = dict(configured) if configured else model_registry_dict_from_env(os.environ)
+    return ModelRegistry.from_dict(data)
+
+
+def get_client_timeouts() -> ClientTimeouts:
+    """Connect, first-byte and idle timeouts in seconds (``JXAI_*_TIMEOUT``)."""
+    return ClientTimeouts(
+        connect=settings.JXAI_CONNECT_TIMEOUT,
+        first_byte=settings.JXAI_FIRST_BYTE_TIMEOUT,
+        idle=settings.JXAI_IDLE_TIMEOUT,
+    )
+
+
+def build_client(alias: str | None, *, transport: Any = None) -> Any:
+    """A streaming client for model ``alias`` (``None``: the default role).
+
+    Raises:
+        UnknownModelError: the alias is not configured.
+    """
+    registry = get_model_registry()
+    model = registry.resolve(alias)
+    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport)
+
+
+def get_agent_policy() -> AgentPolicy:
+    """Budgets of one turn (SPEC §5): ``JXAI_MAX_TOOL_ROUNDS``, ``JXAI_MAX_ROUNDS``,
+    ``JXAI_TOOL_CONCURRENCY``."""
+    return AgentPolicy(
+        max_tool_rounds=settings.JXAI_MAX_TOOL_ROUNDS,
+        max_rounds=settings.JXAI_MAX_ROUNDS,
+        tool_concurrency=settings.JXAI_TOOL_CONCURRENCY,
+    )
+
+
+def get_system_prompt() -> str:
+    """The system prompt sent first in every request (``JXAI_SYSTEM_PROMPT``)."""
+    return str(settings.JXAI_SYSTEM_PROMPT)
+
+
+def _search_conversations(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
+    from jxai_app.store import conversation_search  # Django layer, imported on first use
+
+    return conversation_search(owner=owner, query=query, limit=limit)
+
+
+@functools.cache
+def get_tool_registry() -> ToolRegistry:
+    """The process-wide tool registry: the built-ins (with ``search_conversations`` bound to
+    the requesting user's own conversations) plus every module named in
+    ``JXAI_TOOL_MODULES``, each of which must define ``register(registry)``.
+
+    Raises:
+        ConfigurationError: a tool module cannot be imported or has no ``register``.
+    """
+    registry = default_registry(search=_search_conversations)
+    for dotted in settings.JXAI_TOOL_MODULES:
+        try:
+            module = importlib.import_module(dotted)
+            register = getattr(module, "register")
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(f"tool module {dotted!r} cannot be loaded: {exc}") from None
+        register(registry)
+    return registry
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Input limits and per-user allowances (issue 6). Sizes in bytes or characters."""
+
+    max_message_chars: int
+    max_body_bytes: int
+    max_messages: int
+    ws_max_frame_bytes: int
+    turns_per_minute: int
+    tokens_per_day: int
+    conversations_page_size: int
+    upstream_retries: int
+
+
+def get_limits() -> Limits:
+    """The deployment's limits from settings (``JXAI_MAX_*``, ``JXAI_*_PER_*``)."""
+    return Limits(
+        max_message_chars=settings.JXAI_MAX_MESSAGE_CHARS,
+        max_body_bytes=settings.JXAI_MAX_BODY_BYTES,
+        max_messages=settings.JXAI_MAX_MESSAGES,
+        ws_max_frame_bytes=settings.JXAI_WS_MAX_FRAME_BYTES,
+        turns_per_minute=settings.JXAI_TURNS_PER_MINUTE,
+        tokens_per_day=settings.JXAI_TOKENS_PER_DAY,
+        conversations_page_size=settings.JXAI_CONVERSATIONS_PAGE_SIZE,
+        upstream_retries=settings.JXAI_UPSTREAM_RETRIES,
+    )
+
+
+def cancel_on_disconnect() -> bool:
+    """``JXAI_CANCEL_ON_DISCONNECT``: closing the last tab stops the turn (default off)."""
+    return bool(settings.JXAI_CANCEL_ON_DISCONNECT)
+
+
+def reset_caches() -> None:
+    """Forget the cached registries (tests that change settings or the environment)."""
+    get_model_registry.cache_clear()
+    get_tool_registry.cache_clear()

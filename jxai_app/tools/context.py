@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["ToolContext"]
 
 
-@dataclass(frozen=True, kw_only=False)
+@dataclass(frozen=True)
 class ToolContext:
     """Who is calling a tool, in which conversation, for which call.
 

@@ -304,3 +304,29 @@ async def test_cancelling_the_caller_propagates() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_llm_strict_listing_is_strict_compliant_and_null_optionals_take_their_defaults() -> None:
+    @tool(llm_strict=True)
+    def find(query: str, limit: int = 5, kind: str | None = None) -> dict[str, Any]:
+        """Find."""
+        return {"query": query, "limit": limit, "kind": kind}
+
+    registry = ToolRegistry([find])
+    function = registry.list_for_llm()[0]["function"]
+    assert function["strict"] is True
+    assert function["parameters"] == {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "limit": {"type": ["integer", "null"]},
+            "kind": {"type": ["string", "null"]},
+        },
+        "required": ["query", "limit", "kind"],
+        "additionalProperties": False,
+    }
+    # what a strict-mode model sends for "no value": null → the default applies
+    result = await registry.execute("find", '{"query": "q", "limit": null, "kind": null}')
+    assert result == {"success": True, "data": {"query": "q", "limit": 5, "kind": None}}
+    # the registry's own schema is unchanged
+    assert find.parameters["required"] == ["query"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from jxai_app.agent.assembly import Call
 from jxai_app.agent.base import AgentPolicy, ContextFactory, ToolSource
 from jxai_app.agent.events import ToolResultEvent, ToolStartEvent
+from jxai_app.tools.invoke import parse_arguments
 
 __all__ = ["NOT_RUN", "Tally", "run_calls"]
 
@@ -19,16 +21,6 @@ NOT_RUN = "Not run: the turn was stopped before this call started."
 
 def _failed(error: str) -> dict[str, Any]:
     return {"success": False, "error": error}
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return "array" if isinstance(value, list) else "string"
 
 
 async def execute_call(call: Call, tools: ToolSource | None, context_factory: ContextFactory,
@@ -47,12 +39,9 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
     if call.duplicate:
         return _failed(f'Duplicate tool call id "{call.streamed_id}" in one reply: this call was not run.')
     text = call.arguments if call.arguments.strip() else "{}"
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        return _failed(f"Failed to parse arguments: {exc}")
-    if not isinstance(parsed, dict):
-        return _failed(f"Failed to parse arguments: arguments must be a JSON object, got {_json_kind(parsed)}")
+    parsed = parse_arguments(text, sys.maxsize)  # the registry bounds the length itself
+    if isinstance(parsed, str):
+        return _failed(parsed)
     if tools is None:
         return _failed(f'Unknown tool: "{call.name}"')
     try:
@@ -60,7 +49,7 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
         pending = tools.execute(call.name, text, context)
         result = await (asyncio.wait_for(pending, timeout) if timeout else pending)
     except asyncio.TimeoutError:
-        return _failed(f'Tool "{call.name}" timed out after {timeout:g} s.')
+        return _failed(f'Tool "{call.name}" timed out after {timeout:g} seconds')
     except Exception as exc:  # the registry should never raise; if it does, the model hears it
         return _failed(f'Tool "{call.name}" execution error: {exc}')
     if not isinstance(result, Mapping) or not isinstance(result.get("success"), bool):

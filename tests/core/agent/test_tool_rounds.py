@@ -40,7 +40,7 @@ BAD_INPUT = [
     ("args-number", "echo", "42", "Failed to parse arguments: arguments must be a JSON object, got number"),
     ("args-string", "echo", '"x"', "Failed to parse arguments: arguments must be a JSON object, got string"),
     ("tool-raises", "boom", "{}", 'Tool "boom" execution error: disk on fire'),
-    ("tool-hangs", "hang", "{}", 'Tool "hang" timed out after 0.2 s.'),
+    ("tool-hangs", "hang", "{}", 'Tool "hang" timed out after 0.2 seconds'),
     ("unserialisable", "circular", "{}", 'Tool "circular" returned a result that cannot be serialized: '),
     ("not-finite", "nan", "{}", 'Tool "nan" returned a result that cannot be serialized: '),
     ("object-result", "weird", "{}", 'Tool "weird" returned a malformed result'),

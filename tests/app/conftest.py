@@ -57,9 +57,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("alice", password="alice-pw-123")
+    return django_user_model.objects.create_user("alice")
 
 
 @pytest.fixture
 def other_user(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_user("mallory", password="mallory-pw-123")
+    return django_user_model.objects.create_user("mallory")

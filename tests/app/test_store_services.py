@@ -1,0 +1,320 @@
+"""Store services with the real database: ownership, bad input, one-turn rule, lifecycle."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from jxai_app import store
+from jxai_app.errors import ProblemError
+from jxai_app.models import ApiToken, Conversation, ConversationStatus, Message, MessageStatus, ToolCall
+from jxai_app.streaming.events import DeltaEvent, DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
+from tests.app.conftest import FakeClock, count_writes
+
+pytestmark = pytest.mark.django_db
+
+
+def _start(user: Any, clock: FakeClock, text: str = "Hello", **create: Any) -> tuple[Conversation, store.TurnRecorder]:
+    conversation = store.conversation_create(user=user, model=create.pop("model", "gpt-4o"), **create)
+    turn = store.message_send(user=user, conversation_id=conversation.pk, text=text)
+    return conversation, store.TurnRecorder(turn, clock=clock)
+
+
+def _snapshot(conversation: Conversation) -> list[tuple[Any, ...]]:
+    rows = Message.objects.filter(conversation=conversation).order_by("position")
+    calls = ToolCall.objects.filter(message__conversation=conversation).order_by("message__position", "position")
+    return [tuple(rows.values_list("position", "role", "content", "status", "tool_call_id")),
+            tuple(calls.values_list("call_id", "arguments", "result", "success"))]
+
+
+def _problem_slug(excinfo: pytest.ExceptionInfo[ProblemError]) -> str:
+    return excinfo.value.slug
+
+
+# ---------------------------------------------------------------- ownership and unknown ids
+def _services(user: Any, cid: Any) -> dict[str, Any]:
+    return {
+        "conversation_get": lambda: store.conversation_get(user=user, conversation_id=cid),
+        "message_list": lambda: store.message_list(user=user, conversation_id=cid),
+        "conversation_rename": lambda: store.conversation_rename(user=user, conversation_id=cid, title="x"),
+        "conversation_delete": lambda: store.conversation_delete(user=user, conversation_id=cid),
+        "message_send": lambda: store.message_send(user=user, conversation_id=cid, text="hi"),
+        "turn_cancel": lambda: store.turn_cancel(user=user, conversation_id=cid),
+        "message_retry": lambda: store.message_retry(user=user, conversation_id=cid),
+        "tool_result_attach": lambda: store.tool_result_attach(
+            user=user, conversation_id=cid, call_id="call_1", content="{}"),
+    }
+
+
+@pytest.mark.parametrize("service", list(_services(None, None)))
+def test_foreign_conversation_answers_like_a_missing_one(service: str, user: Any, other_user: Any,
+                                                         clock: FakeClock) -> None:
+    conversation, _ = _start(user, clock, "secret plans")
+    before = _snapshot(conversation)
+    with pytest.raises(ProblemError) as foreign:
+        _services(other_user, conversation.pk)[service]()
+    with pytest.raises(ProblemError) as missing:
+        _services(other_user, uuid.uuid4())[service]()
+    assert foreign.value.slug == "not-found" and foreign.value.status == 404
+    assert foreign.value.problem == missing.value.problem, "a foreign id must be indistinguishable"
+    assert _snapshot(conversation) == before
+    assert Conversation.objects.get(pk=conversation.pk).title == "secret plans"
+
+
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "", None, 42, "00000000-0000-0000-0000-00000000000g"])
+def test_malformed_ids_are_not_found(bad_id: Any, user: Any) -> None:
+    for service in _services(user, bad_id).values():
+        with pytest.raises(ProblemError) as excinfo:
+            service()
+        assert excinfo.value.slug == "not-found"
+
+
+def test_anonymous_user_owns_nothing(user: Any, clock: FakeClock) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    conversation, _ = _start(user, clock)
+    with pytest.raises(ProblemError) as excinfo:
+        store.conversation_get(user=AnonymousUser(), conversation_id=conversation.pk)
+    assert excinfo.value.slug == "not-found"
+    assert list(store.conversation_list(user=AnonymousUser())) == []
+    with pytest.raises(ProblemError) as excinfo:
+        store.conversation_create(user=AnonymousUser(), model="gpt-4o")
+    assert excinfo.value.slug == "invalid-request"
+
+
+def test_conversation_list_is_own_and_most_recent_first(user: Any, other_user: Any, clock: FakeClock) -> None:
+    first = store.conversation_create(user=user, model="m")
+    second = store.conversation_create(user=user, model="m")
+    store.conversation_create(user=other_user, model="m")
+    assert [c.pk for c in store.conversation_list(user=user)] == [second.pk, first.pk]
+    store.conversation_rename(user=user, conversation_id=first.pk, title="Renamed")
+    assert [c.pk for c in store.conversation_list(user=user)] == [first.pk, second.pk]
+
+
+# ---------------------------------------------------------------- bad input
+def test_send_refuses_blank_text(user: Any) -> None:
+    conversation = store.conversation_create(user=user, model="m")
+    for text in ("", "   \n", None):
+        with pytest.raises(ProblemError) as excinfo:
+            store.message_send(user=user, conversation_id=conversation.pk, text=text)  # type: ignore[arg-type]
+        assert excinfo.value.slug == "invalid-request"
+    assert not Message.objects.filter(conversation=conversation).exists()
+    assert Conversation.objects.get(pk=conversation.pk).status == ConversationStatus.IDLE
+
+
+def test_rename_validates_and_trims(user: Any) -> None:
+    conversation = store.conversation_create(user=user, model="m")
+    for title in ("", "   ", "x" * 201):
+        with pytest.raises(ProblemError) as excinfo:
+            store.conversation_rename(user=user, conversation_id=conversation.pk, title=title)
+        assert excinfo.value.slug == "invalid-request"
+    renamed = store.conversation_rename(user=user, conversation_id=conversation.pk, title="  Trip  ")
+    assert renamed.title == "Trip"
+
+
+def test_send_while_a_turn_runs_is_a_conflict(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock, "first")
+    with pytest.raises(ProblemError) as excinfo:
+        store.message_send(user=user, conversation_id=conversation.pk, text="second")
+    assert excinfo.value.slug == "conflict" and excinfo.value.status == 409
+    with pytest.raises(ProblemError) as excinfo:
+        store.message_retry(user=user, conversation_id=conversation.pk)
+    assert excinfo.value.slug == "conflict"
+    assert Message.objects.filter(conversation=conversation).count() == 2
+    recorder.add_delta("done")
+    assert recorder.finish_round(stop_reason="stop", last=True)
+    store.message_send(user=user, conversation_id=conversation.pk, text="second")
+
+
+def test_delta_for_a_message_no_longer_streaming_is_a_no_op(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    recorder.add_delta("Final answer.")
+    assert recorder.finish_round(stop_reason="stop", last=True)
+    before = _snapshot(conversation)
+    clock.advance(60)
+    with count_writes() as writes:
+        assert recorder.add_delta(" more") is False
+        assert recorder.add_reasoning("late thought") is False
+        assert recorder.tool_call_start("call_late", "x") is False
+        assert recorder.tool_call_delta("call_late", "{}") is False
+        assert recorder.tool_call_end("call_late") is False
+        assert recorder.flush() is True
+        assert recorder.finish_round(stop_reason="stop") is True
+    assert writes.count == 0
+    assert _snapshot(conversation) == before
+
+
+def test_tool_result_for_an_unknown_call_id_is_refused_and_writes_nothing(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    recorder.tool_call_start("call_1", "get_weather")
+    recorder.tool_call_delta("call_1", '{"city":"Oslo"}')
+    recorder.tool_call_delta("call_unknown", "ignored")  # CS-8: unknown id ignored
+    assert recorder.finish_round(stop_reason="tool_calls")
+    before = _snapshot(conversation)
+    with count_writes() as writes:
+        with pytest.raises(ProblemError) as excinfo:
+            recorder.attach_tool_result(call_id="call_2", content='{"success":true}')
+    assert excinfo.value.slug == "invalid-request" and "call_2" in excinfo.value.problem["detail"]
+    assert writes.count == 0
+    assert _snapshot(conversation) == before
+    assert recorder.attach_tool_result(call_id="call_1", content='{"success":true,"data":1}') is not None
+    with pytest.raises(ProblemError) as excinfo:
+        recorder.attach_tool_result(call_id="call_1", content='{"success":true,"data":2}')
+    assert "already has a result" in excinfo.value.problem["detail"]
+    call = ToolCall.objects.get(message__conversation=conversation)
+    assert call.arguments == '{"city":"Oslo"}' and call.result == {"success": True, "data": 1}
+    assert Message.objects.filter(conversation=conversation, role="tool").count() == 1
+
+
+def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: FakeClock) -> None:
+    """CS-15: a call id of an earlier turn is not answerable from a later turn."""
+    conversation, recorder = _start(user, clock, "turn one")
+    recorder.tool_call_start("call_0", "add")
+    assert recorder.finish_round(stop_reason="tool_calls", last=True)
+    turn = store.message_send(user=user, conversation_id=conversation.pk, text="turn two")
+    second = store.TurnRecorder(turn, clock=clock)
+    with pytest.raises(ProblemError):
+        second.attach_tool_result(call_id="call_0", content="{}")
+    with pytest.raises(ProblemError):
+        store.tool_result_attach(user=user, conversation_id=conversation.pk, call_id="call_0", content="{}")
+
+
+def test_tool_result_after_the_turn_ended_attaches_to_the_nearest_request(user: Any, clock: FakeClock) -> None:
+    """CS-12, CS-16: a late result (e.g. an answered question) still finds its call."""
+    conversation, recorder = _start(user, clock, "Ask me something")
+    recorder.tool_call_start("call_ask", "ask_user")
+    recorder.tool_call_delta("call_ask", '{"question":"Which city?"}')
+    assert recorder.finish_round(stop_reason="tool_calls", last=True)
+    reply = store.tool_result_attach(user=user, conversation_id=conversation.pk, call_id="call_ask",
+                                     content='{"answer":"Oslo"}')
+    assert reply.role == "tool" and reply.position == 2
+    call = ToolCall.objects.get(call_id="call_ask")
+    assert call.result == {"answer": "Oslo"} and call.success is True and call.finished_at is not None
+    assert store.to_messages(conversation)[-1] == {"role": "tool", "tool_call_id": "call_ask",
+                                                    "content": '{"answer":"Oslo"}'}
+
+
+@pytest.mark.parametrize(("content", "success"), [
+    ('{"success":false,"error":"boom"}', False), ('{"success":true}', True), ("false", True),
+    ("null", True), ("not json", True), ('{"success":"false"}', True),
+])
+def test_tool_result_success_follows_mc6(content: str, success: bool, user: Any, clock: FakeClock) -> None:
+    _, recorder = _start(user, clock)
+    recorder.tool_call_start("c", "t")
+    recorder.finish_round(stop_reason="tool_calls")
+    recorder.attach_tool_result(call_id="c", content=content)
+    call = ToolCall.objects.get(call_id="c")
+    assert call.success is success
+    assert call.result == (content if content == "not json" else __import__("json").loads(content))
+
+
+def test_record_applies_events_and_refuses_terminal_ones(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    for event in (DeltaEvent(content="Hi "), ToolCallStartEvent(id="c1", name="f"),
+                  ToolCallDeltaEvent(id="c1", args='{"a":1}'), UsageEvent(input_tokens=7, output_tokens=3)):
+        recorder.record(event)
+    assert recorder.snapshot() == {"messageId": recorder.message_id, "streaming": True, "content": "Hi ",
+                                   "reasoning": None, "toolCalls": [{"id": "c1", "name": "f", "arguments": '{"a":1}'}]}
+    with pytest.raises(TypeError):
+        recorder.record(DoneEvent(stop_reason="stop"))
+    assert recorder.finish_round(stop_reason="tool_calls")
+    message = Message.objects.get(pk=recorder.message_id)
+    assert message.usage == {"inputTokens": 7, "outputTokens": 3} and message.content == "Hi "
+
+
+def test_flush_persists_text_so_far_without_finishing(user: Any, clock: FakeClock) -> None:
+    _, recorder = _start(user, clock)
+    assert recorder.add_delta("Once ") is False
+    clock.advance(2.0)
+    assert recorder.add_reasoning("hmm") is True
+    assert recorder.flush()
+    placeholder = Message.objects.get(pk=recorder.message_id)
+    assert (placeholder.content, placeholder.reasoning_content, placeholder.status) == ("Once ", "hmm", "streaming")
+    assert recorder.add_delta("upon") is False, "the interval starts again after a flush"
+
+
+# ---------------------------------------------------------------- turn lost elsewhere
+def test_stop_from_another_worker_makes_the_recorder_lost(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    recorder.add_delta("partial")
+    assert store.turn_cancel(user=user, conversation_id=conversation.pk) == recorder.turn_id
+    assert store.turn_cancel(user=user, conversation_id=conversation.pk) is None, "safe without a turn"
+    clock.advance(3)
+    recorder.add_delta(" more")
+    assert recorder.flush() is False and recorder.lost
+    with count_writes() as writes:
+        assert recorder.finish_round(stop_reason="stop", last=True) is False
+        assert recorder.begin_round() is False
+        assert recorder.attach_tool_result(call_id="x", content="{}") is None
+        assert recorder.fail("late") is False
+    assert writes.count == 0
+    conversation.refresh_from_db()
+    assert conversation.status == "idle" and conversation.turn_id is None and conversation.last_error == ""
+    assert list(Message.objects.filter(conversation=conversation).values_list("role", flat=True)) == ["user"]
+
+
+def test_a_recorder_whose_turn_was_replaced_cannot_write(user: Any, clock: FakeClock) -> None:
+    conversation, old = _start(user, clock, "first")
+    old.add_delta("partial")
+    assert old.finish_round(stop_reason="tool_calls")  # between rounds now
+    store.turn_cancel(user=user, conversation_id=conversation.pk)
+    store.message_send(user=user, conversation_id=conversation.pk, text="second")
+    assert old.begin_round() is False and old.lost
+    assert old.end_turn() is False
+    conversation.refresh_from_db()
+    assert conversation.status == ConversationStatus.STREAMING
+
+
+def test_delete_during_a_turn_returns_the_turn_and_the_recorder_stops(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    assert store.conversation_delete(user=user, conversation_id=conversation.pk) == recorder.turn_id
+    recorder.add_delta("x")
+    assert recorder.flush() is False
+    assert recorder.begin_round() is False
+    assert not Message.objects.filter(conversation_id=conversation.pk).exists()
+
+
+def test_keepalive_writes_only_after_silence(user: Any, clock: FakeClock) -> None:
+    conversation, recorder = _start(user, clock)
+    with count_writes() as writes:
+        assert recorder.flush() and recorder.keepalive()
+    assert writes.count == 0
+    clock.advance(10)
+    assert recorder.flush_due
+    with count_writes() as writes:
+        assert recorder.flush()
+    assert writes.count == 1
+    conversation.refresh_from_db()
+    assert conversation.turn_heartbeat is not None
+
+
+def test_retry_on_an_empty_conversation_is_a_no_op(user: Any) -> None:
+    conversation = store.conversation_create(user=user, model="m", system_prompt="Be brief.")
+    assert store.message_retry(user=user, conversation_id=conversation.pk) is None
+    assert list(Message.objects.filter(conversation=conversation).values_list("role", flat=True)) == ["system"]
+
+
+def test_send_switches_model_and_keeps_title(user: Any, clock: FakeClock) -> None:
+    conversation = store.conversation_create(user=user, model="gpt-4o", title="My title")
+    turn = store.message_send(user=user, conversation_id=conversation.pk, text="hello", model="claude")
+    conversation.refresh_from_db()
+    assert (conversation.title, conversation.model, turn.model) == ("My title", "claude", "claude")
+    assert Message.objects.get(pk=turn.assistant_message_id).status == MessageStatus.STREAMING
+
+
+def test_long_first_message_gives_a_short_title(user: Any) -> None:
+    conversation = store.conversation_create(user=user, model="m")
+    store.message_send(user=user, conversation_id=conversation.pk, text="\n  " + "word " * 40)
+    conversation.refresh_from_db()
+    assert len(conversation.title) == 60 and conversation.title.endswith("…")
+
+
+def test_api_token_stores_only_a_hash(user: Any) -> None:
+    token, plaintext = ApiToken.issue(user=user, name="ci")
+    assert plaintext.startswith("jxai_") and len(plaintext) > 40
+    stored = ApiToken.objects.get(pk=token.pk)
+    assert stored.secret_hash == ApiToken.hash_secret(plaintext) != plaintext
+    assert plaintext.startswith(stored.prefix) and plaintext not in str(stored.__dict__)
+    assert stored.is_active

@@ -1,0 +1,96 @@
+"""Concurrent turns on the real database (issue 7 "Database under concurrency"): twenty turns
+at once finish with no "database is locked", and two simultaneous sends to one conversation
+give exactly one turn and one ``conflict``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from jxai_app import store
+from jxai_app.errors import ProblemError
+from jxai_app.models import Conversation, Message, ToolCall
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _in_threads(count: int, work: Callable[[int], Any]) -> tuple[list[Any], list[BaseException]]:
+    """Run ``work(i)`` in ``count`` threads released together; each closes its connection."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[i] = work(i)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    return results, errors
+
+
+def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
+    """A two-round turn with flushes forced on every delta batch, reads in between."""
+    turn = store.message_send(user=user, conversation_id=conversation_id, text=f"question {i}")
+    recorder = store.TurnRecorder(turn, flush_interval=0.0)
+    for n in range(30):
+        recorder.add_delta(f"{n} ")
+        if n % 3 == 0:
+            assert recorder.flush()
+    recorder.tool_call_start(f"call_{i}", "lookup")
+    recorder.tool_call_delta(f"call_{i}", '{"q":1}')
+    assert recorder.finish_round(stop_reason="tool_calls", usage={"inputTokens": 10, "outputTokens": 5})
+    assert recorder.attach_tool_result(call_id=f"call_{i}", content='{"success":true}')
+    store.to_messages(store.conversation_get(user=user, conversation_id=conversation_id))
+    assert recorder.begin_round()
+    for n in range(30):
+        recorder.add_delta("y")
+        if n % 3 == 0:
+            assert recorder.flush()
+    assert recorder.finish_round(stop_reason="stop", usage={"inputTokens": 20, "outputTokens": 5}, last=True)
+    list(store.conversation_list(user=user)[:20])
+    return "ok"
+
+
+def test_twenty_concurrent_turns_finish_without_database_locked(user: Any) -> None:
+    conversations = [store.conversation_create(user=user, model="m") for _ in range(20)]
+    results, errors = _in_threads(20, lambda i: _full_turn(user, conversations[i].pk, i))
+    assert errors == [], [repr(e) for e in errors]
+    assert results == ["ok"] * 20
+    for i, conversation in enumerate(conversations):
+        conversation.refresh_from_db()
+        assert (conversation.status, conversation.token_count) == ("idle", 25)
+        assert list(Message.objects.filter(conversation=conversation).order_by("position")
+                    .values_list("role", flat=True)) == ["user", "assistant", "tool", "assistant"]
+    assert ToolCall.objects.filter(success=True).count() == 20
+
+
+def test_two_simultaneous_sends_to_one_conversation_give_one_turn(user: Any) -> None:
+    for attempt in range(5):
+        conversation = store.conversation_create(user=user, model="m")
+
+        def send(i: int, cid: Any = conversation.pk) -> Any:
+            try:
+                return store.message_send(user=user, conversation_id=cid, text=f"tab {i}")
+            except ProblemError as exc:
+                return exc.slug
+
+        results, errors = _in_threads(2, send)
+        assert errors == []
+        winners = [r for r in results if isinstance(r, store.TurnStart)]
+        assert len(winners) == 1 and results.count("conflict") == 1, (attempt, results)
+        assert Message.objects.filter(conversation=conversation).count() == 2
+        assert Conversation.objects.get(pk=conversation.pk).turn_id == winners[0].turn_id

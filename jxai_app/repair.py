@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Mapping, Sequence, TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, TypeAlias
 
 __all__ = [
     "SEAL_CUT_OFF",
@@ -80,6 +81,7 @@ _ROLES_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "assistant": ("role", "content", "reasoning_content", "tool_calls", "name"),
     "tool": ("role", "tool_call_id", "content"),
 }
+_ROLE_KEYSETS: Final[dict[str, frozenset[str]]] = {role: frozenset(keys) for role, keys in _ROLES_KEYS.items()}
 _CALL_KEYS: Final[frozenset[str]] = frozenset({"id", "type", "function"})
 _FUNCTION_KEYS: Final[frozenset[str]] = frozenset({"name", "arguments"})
 
@@ -179,6 +181,10 @@ def is_seal_content(text: Any) -> bool:
     return isinstance(text, str) and text in _SEAL_CONTENTS
 
 
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # the ABC check is slow; dicts are the rule
+
+
 def _has_text(content: Any) -> bool:
     if isinstance(content, str):
         return content != ""
@@ -190,10 +196,10 @@ def is_empty_assistant(message: Any) -> bool:
 
     Reasoning-only, empty-text and ``tool_calls: []`` messages are empty; other roles never are.
     """
-    if not isinstance(message, Mapping) or message.get("role") != "assistant":
+    if not _is_mapping(message) or message.get("role") != "assistant":
         return False
     calls = message.get("tool_calls")
-    if isinstance(calls, list) and any(isinstance(c, Mapping) and _call_id(c) for c in calls):
+    if isinstance(calls, list) and any(_is_mapping(c) and _call_id(c) for c in calls):
         return False
     return not _has_text(message.get("content"))
 
@@ -203,34 +209,35 @@ def _call_id(call: Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _clean_call(call: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
-    """A wire-clean copy of one call, and whether it differed from the input."""
+def _clean_call(call: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """The call itself when it is wire-clean, else a clean copy; and whether it differed."""
     fn = call.get("function")
     fn = fn if isinstance(fn, Mapping) else {}
-    name, args = fn.get("name"), fn.get("arguments")
+    name, args, cid = fn.get("name"), fn.get("arguments"), call.get("id")
+    if (isinstance(cid, str) and isinstance(name, str) and isinstance(args, str) and call.get("type") == "function"
+            and call.keys() == _CALL_KEYS and fn.keys() == _FUNCTION_KEYS):
+        return call, False
     clean = {
-        "id": _call_id(call),
+        "id": cid if isinstance(cid, str) else "",
         "type": "function",
         "function": {"name": name if isinstance(name, str) else "",
                      "arguments": args if isinstance(args, str) else ""},
     }
-    same = (set(call) == _CALL_KEYS and call.get("type") == "function" and set(fn) == _FUNCTION_KEYS
-            and isinstance(name, str) and isinstance(args, str) and isinstance(call.get("id"), str))
-    return clean, not same
+    return clean, True
 
 
 def _project(message: Any) -> tuple[dict[str, Any] | None, DropReason | None, tuple[NormaliseReason, ...]]:
     """The wire form of one entry: (message or None, drop reason, normalisation reasons)."""
-    if not isinstance(message, Mapping):
+    if not _is_mapping(message):
         return None, "not_a_message", ()
     role = message.get("role")
     keys = _ROLES_KEYS.get(role) if isinstance(role, str) else None
     if keys is None:
         return None, "unknown_role", ()
     reasons: list[NormaliseReason] = []
-    if any(k not in keys for k in message):
+    if not message.keys() <= _ROLE_KEYSETS[role]:
         reasons.append("foreign_fields")
-    calls_out: list[dict[str, Any]] | None = None
+    calls_out: list[Mapping[str, Any]] | None = None
     if role == "assistant":
         if "reasoning_content" in message and not isinstance(message["reasoning_content"], str):
             reasons.append("foreign_fields")  # MC-10: non-string reasoning is absent
@@ -291,6 +298,18 @@ class _Request:
     owned: list[int] = field(default_factory=list)
 
 
+def _ids_in(messages: Sequence[Any], items: list[tuple[int, dict[str, Any]]], calls: set[str]) -> set[str]:
+    """Every id a seal id must not collide with: call ids, reply ids, message ids (RP-12)."""
+    taken = set(calls)
+    for _, wire in items:
+        if isinstance(wire.get("tool_call_id"), str):
+            taken.add(wire["tool_call_id"])
+    for raw in messages:  # ids the projection stripped (e.g. a store's message id) stay taken
+        if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
+            taken.add(raw["id"])
+    return taken
+
+
 def repair_history(messages: Sequence[Any]) -> RepairResult:
     """Repair an OpenAI wire-shape history so that it can be sent (see the module docstring).
 
@@ -318,30 +337,18 @@ def repair_history(messages: Sequence[Any]) -> RepairResult:
             normalised.append(Normalised(index=index, reasons=reasons))
         items.append((index, wire))
 
-    made_anywhere: set[str] = set()
-    taken: set[str] = set()
-    for _, wire in items:
-        for call in wire.get("tool_calls") or ():
-            made_anywhere.add(call["id"])
-        for key in ("tool_call_id", "id"):
-            if isinstance(wire.get(key), str):
-                taken.add(wire[key])
-    taken |= made_anywhere
-    for raw in messages:  # ids the projection stripped (e.g. a store's message id) stay taken
-        if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
-            taken.add(raw["id"])
-
+    made_anywhere = {call["id"] for _, wire in items for call in wire.get("tool_calls") or ()}
     requests: list[_Request] = []
-    owner_of: dict[int, _Request] = {}
     moved: list[Moved] = []
+    last_other = -1  # position of the latest non-tool message
     for pos, (index, wire) in enumerate(items):
         role = wire["role"]
-        if role == "assistant" and wire.get("tool_calls"):
-            calls = [c["id"] for c in wire["tool_calls"]]
-            args = {c["id"]: c["function"]["arguments"] for c in wire["tool_calls"]}
-            requests.append(_Request(pos=pos, index=index, calls=calls, arguments=args))
-            continue
         if role != "tool":
+            last_other = pos
+            if role == "assistant" and wire.get("tool_calls"):
+                calls = [c["id"] for c in wire["tool_calls"]]
+                args = {c["id"]: c["function"]["arguments"] for c in wire["tool_calls"]}
+                requests.append(_Request(pos=pos, index=index, calls=calls, arguments=args))
             continue
         cid = wire.get("tool_call_id")
         reason: DropReason | None = None
@@ -367,11 +374,11 @@ def repair_history(messages: Sequence[Any]) -> RepairResult:
             continue
         owner.answered.add(cid)  # type: ignore[arg-type]
         owner.owned.append(pos)
-        owner_of[pos] = owner
-        if any(items[p][1]["role"] != "tool" for p in range(owner.pos + 1, pos)):
+        if last_other != owner.pos:
             moved.append(Moved(index=index, call_id=cid, request_index=owner.index))  # type: ignore[arg-type]
 
     sealed: list[Seal] = []
+    taken: set[str] | None = None
     out: list[dict[str, Any]] = []
     by_pos = {req.pos: req for req in requests}
     for pos, (_, wire) in enumerate(items):
@@ -382,7 +389,10 @@ def repair_history(messages: Sequence[Any]) -> RepairResult:
         if req is None:
             continue
         unanswered = [cid for cid in req.calls if cid not in req.answered]
+        if unanswered and taken is None:
+            taken = _ids_in(messages, items, made_anywhere)
         for n, cid in enumerate(unanswered):
+            assert taken is not None
             seal_id = base = f"sealed_{cid}_{n}"
             k = 0
             while seal_id in taken:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Mapping, Protocol, TypeAlias
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol, TypeAlias
 
 from jxai_app.streaming.events import StreamEvent
 

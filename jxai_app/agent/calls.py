@@ -6,7 +6,8 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 from jxai_app.agent.assembly import Call
 from jxai_app.agent.base import AgentPolicy, ContextFactory, ToolSource

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import inspect
 from contextlib import aclosing
-from typing import Any, AsyncIterator, Callable, Literal, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from jxai_app.agent.assembly import RoundAssembly
 from jxai_app.agent.base import AgentPolicy, ChatClient, ContextFactory, Signal, ToolSource

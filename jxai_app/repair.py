@@ -385,10 +385,10 @@ def repair_history(messages: Sequence[Any]) -> RepairResult:
         if wire["role"] == "tool":
             continue  # emitted after its request
         out.append(wire)
-        req = by_pos.get(pos)
-        if req is None:
+        request = by_pos.get(pos)
+        if request is None:
             continue
-        unanswered = [cid for cid in req.calls if cid not in req.answered]
+        unanswered = [cid for cid in request.calls if cid not in request.answered]
         if unanswered and taken is None:
             taken = _ids_in(messages, items, made_anywhere)
         for n, cid in enumerate(unanswered):
@@ -399,10 +399,10 @@ def repair_history(messages: Sequence[Any]) -> RepairResult:
                 k += 1
                 seal_id = f"{base}_{k}"
             taken.add(seal_id)
-            message = {"role": "tool", "tool_call_id": cid, "content": seal_content(req.arguments[cid])}
-            sealed.append(Seal(seal_id=seal_id, call_id=cid, request_index=req.index, message=message))
+            message = {"role": "tool", "tool_call_id": cid, "content": seal_content(request.arguments[cid])}
+            sealed.append(Seal(seal_id=seal_id, call_id=cid, request_index=request.index, message=message))
             out.append(message)
-        out.extend(items[p][1] for p in req.owned)
+        out.extend(items[p][1] for p in request.owned)
 
     dropped.sort(key=lambda d: d.index)
     return RepairResult(messages=out, sealed=tuple(sealed), dropped=tuple(dropped),

@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass, field
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from jxai_app.agent.assembly import Call
@@ -80,7 +80,7 @@ class Tally:
 
 async def run_calls(calls: list[Call], tools: ToolSource | None, context_factory: ContextFactory,
                     policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally
-                    ) -> AsyncIterator[ToolStartEvent | ToolResultEvent]:
+                    ) -> AsyncGenerator[ToolStartEvent | ToolResultEvent, None]:
     """Run one round's calls, at most ``tool_concurrency`` at a time; Stop is checked as each
     call acquires its slot (a call not started when Stop arrives gets :data:`NOT_RUN` at once;
     a running one finishes). Yields ``tool_start`` as calls start and ``tool_result`` in call

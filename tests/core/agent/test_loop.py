@@ -311,3 +311,43 @@ async def test_stream_events_are_the_clients_own_objects_in_order() -> None:
     streamed = [e for e in turn.events if not isinstance(e, (RoundStartEvent, RoundEndEvent, ToolStartEvent,
                                                                ToolResultEvent, TurnEndEvent))]
     assert all(a is b for a, b in zip(streamed, script))
+
+
+async def test_the_stream_function_is_looked_up_afresh_each_round() -> None:
+    first = ScriptedClient([tool_round(("c1", "f", "{}"))])
+    second = ScriptedClient([text_round("from the new function")])
+
+    class Swapping:
+        stream_chat = first.stream_chat
+
+    client = Swapping()
+
+    def f(args: Any, ctx: Any) -> Any:
+        client.stream_chat = second.stream_chat  # type: ignore[method-assign]
+        return ok()
+
+    turn = await play(client, FakeTools({"f": f}))
+    assert len(first.requests) == 1 and len(second.requests) == 1
+    assert turn.end.appended[-1] == {"role": "assistant", "content": "from the new function"}
+
+
+async def test_a_tool_listing_that_raises_ends_the_turn_with_an_error_not_an_exception() -> None:
+    class BrokenListing(FakeTools):
+        def list_for_llm(self) -> list[dict[str, Any]]:
+            raise KeyError("predicate exploded")
+
+    client = ScriptedClient([text_round("never")])
+    turn = await play(client, BrokenListing())
+    assert client.requests == []
+    assert turn.types == ["round_start", "error", "round_end", "turn_end"]
+    assert turn.end.outcome == "error"
+
+
+def test_the_loop_and_repair_import_without_django() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, jxai_app.agent, jxai_app.repair; "
+            "assert not [m for m in sys.modules if m == 'django' or m.startswith('django.')], 'django imported'")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

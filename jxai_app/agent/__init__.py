@@ -44,9 +44,16 @@ Rules (SPEC §5, seed HA-12 … HA-43 in spirit; choices of our own are marked *
 - A round with no text, no reasoning and no calls appends nothing; it ends the turn
   ``empty`` ("The model sent back an empty reply.") unless something was drawn earlier in
   the turn, or after the last user message of the history, in which case ``complete``
-  (HA-20 … HA-22).
+  (HA-20 … HA-22). A round with reasoning only is appended (the thinking is kept for display)
+  and ends ``complete``; repair keeps it off the wire later (CS-30).
+- A round during which Stop was set is ``cancelled`` even if the provider then says ``stop``
+  (HA-23); a signal already set when the turn starts sends no request at all.
 - Before each request the history is repaired (:mod:`jxai_app.repair`, RP-1 … RP-14), so
   dangling calls are sealed, orphan replies dropped and empty assistants never sent.
+
+Modules: ``base`` (what the loop needs: ``ChatClient``, ``ToolSource``, ``AgentPolicy``),
+``events`` (the loop events), ``assembly`` (a round's assistant message), ``calls`` (running
+a round's calls), ``loop`` (``run_turn``).
 """
 
 from __future__ import annotations

@@ -215,18 +215,22 @@ class ApiToken(models.Model):
         """Hex SHA-256 of ``plaintext`` (UTF-8), the value stored in :attr:`secret_hash`."""
         return hashlib.sha256(plaintext.encode("utf-8")).hexdigest()
 
+    def set_new_secret(self) -> str:
+        """Give this (unsaved) token a fresh secret: sets :attr:`prefix` and
+        :attr:`secret_hash` and returns the plaintext (``jxai_`` + 43 URL-safe characters,
+        256 bits), which is kept nowhere."""
+        plaintext = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        self.prefix = plaintext[: len(API_TOKEN_PREFIX) + 6]
+        self.secret_hash = self.hash_secret(plaintext)
+        return plaintext
+
     @classmethod
     def issue(cls, *, user: Any, name: str) -> tuple[ApiToken, str]:
-        """Create a token for ``user`` and return ``(token, plaintext)``.
-
-        The plaintext (``jxai_`` + 43 URL-safe characters, 256 bits) is returned only here;
-        the database keeps its hash and a short prefix.
-        """
-        plaintext = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            user=user, name=name, prefix=plaintext[: len(API_TOKEN_PREFIX) + 6],
-            secret_hash=cls.hash_secret(plaintext),
-        )
+        """Create a token for ``user`` and return ``(token, plaintext)``; the plaintext is
+        returned only here, the database keeps its hash and a short prefix."""
+        token = cls(user=user, name=name)
+        plaintext = token.set_new_secret()
+        token.save()
         return token, plaintext
 
     @property

@@ -15,6 +15,7 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
+    conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
     turns_recover(*, stale_after=30.0, everything=False) -> int
@@ -35,6 +36,7 @@ from jxai_app.store.conversation import (
 )
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
+from jxai_app.store.search import conversation_search
 from jxai_app.store.turn import TurnStart, message_retry, message_send, tool_result_attach, turn_cancel
 from jxai_app.store.usage import context_tokens, context_warning, usage_estimate, usage_from
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
@@ -52,6 +54,7 @@ __all__ = [
     "conversation_get",
     "conversation_list",
     "conversation_rename",
+    "conversation_search",
     "conversations_export",
     "message_list",
     "message_retry",

@@ -1,0 +1,268 @@
+"""Django admin: conversations for staff review, API tokens, tool policies, user limits,
+and the registered-tools page (SPEC §7 "Admin", issue 7).
+
+Message content (the messages and calls inline, the transcript page, the export action,
+search over message text) needs the ``jxai_app.view_conversation`` permission itself: a
+staff member who may only *change* conversations sees their metadata and titles, never
+what was said. Conversations are created by the chat, never in admin. Every value is
+rendered through Django's auto-escaping (``format_html`` / templates), never marked safe.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UserLimits
+from jxai_app.store import conversations_export
+from jxai_app.store.wire import with_tool_calls
+
+CONTENT_PERMISSION = "jxai_app.view_conversation"
+"""The permission that shows what was said in conversations."""
+
+
+def can_read_content(request: HttpRequest) -> bool:
+    """True for an active staff user holding :data:`CONTENT_PERMISSION`."""
+    user = request.user
+    return bool(user.is_active and user.is_staff and user.has_perm(CONTENT_PERMISSION))
+
+
+def pretty_json(text: Any) -> str:
+    """``text`` (a JSON string or a JSON value) pretty-printed; unparseable text unchanged."""
+    if isinstance(text, str):
+        try:
+            text = json.loads(text)
+        except ValueError:
+            return text
+    return json.dumps(text, indent=2, ensure_ascii=False)
+
+
+class MessageInline(admin.TabularInline):
+    """The transcript inside the conversation page, read-only."""
+
+    model = Message
+    extra = 0
+    can_delete = False
+    show_change_link = False
+    ordering = ("position",)
+    fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
+              "calls", "stop_reason", "usage", "created_at")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
+        return with_tool_calls(super().get_queryset(request))
+
+    @admin.display(description="tool calls")
+    def calls(self, message: Message) -> str:
+        return format_html_join(
+            "", "<div><code>{}</code> <code>{}</code>({}) → {}</div>",
+            ((c.call_id, c.name, c.arguments, "pending" if c.finished_at is None else pretty_json(c.result))
+             for c in message.tool_calls.all()),
+        )
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_read_content(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    """Conversations: metadata for staff, content only with ``view_conversation``."""
+
+    list_display = ("title", "owner", "model", "status", "message_count", "token_count", "context_warning",
+                    "created_at", "updated_at", "transcript_link")
+    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "created_at", "updated_at")
+    list_select_related = ("owner",)
+    date_hierarchy = "created_at"
+    search_fields = ("title",)
+    fields = ("id", "owner", "title", "model", "status", "last_error", "last_problem", "token_count",
+              "context_warning", "turn_id", "turn_heartbeat", "created_at", "updated_at")
+    readonly_fields = tuple(f for f in fields if f != "title")
+    actions = ("export_openai_json",)
+    change_form_template = "admin/jxai_app/conversation/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
+        return super().get_queryset(request).annotate(message_count=Count("messages", distinct=True))
+
+    def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        return ("title", "messages__content") if can_read_content(request) else ("title",)
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> list[type[admin.options.InlineModelAdmin]]:
+        return [MessageInline] if obj is not None and can_read_content(request) else []
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_read_content_permission(self, request: HttpRequest) -> bool:
+        """Gate of the export action (``allowed_permissions = ("read_content",)``)."""
+        return can_read_content(request)
+
+    @admin.display(description="messages", ordering="message_count")
+    def message_count(self, conversation: Conversation) -> int:
+        return int(getattr(conversation, "message_count", 0))
+
+    @admin.display(description="transcript")
+    def transcript_link(self, conversation: Conversation) -> str:
+        url = reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])
+        return format_html('<a href="{}">transcript</a>', url)
+
+    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
+        shown = tuple(self.list_display)
+        return shown if can_read_content(request) else tuple(f for f in shown if f != "transcript_link")
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {**(extra_context or {}), "can_read_content": can_read_content(request)}
+        return super().change_view(request, object_id, form_url, extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        transcript = path("<uuid:object_id>/transcript/", self.admin_site.admin_view(self.transcript_view),
+                          name="jxai_app_conversation_transcript")
+        return [transcript, *super().get_urls()]
+
+    def transcript_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A readable, escaped transcript: every message, reasoning, and each call with its
+        arguments and result pretty-printed."""
+        if not can_read_content(request):
+            raise PermissionDenied
+        conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=object_id)
+        entries = [
+            {"message": m, "calls": [{"call": c, "arguments": pretty_json(c.arguments),
+                                      "result": None if c.finished_at is None else pretty_json(c.result)}
+                                     for c in m.tool_calls.all()]}
+            for m in with_tool_calls(conversation.messages.order_by("position"))
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts, "title": f"Transcript: {conversation}", "conversation": conversation,
+            "entries": entries, "original": conversation,
+        }
+        return TemplateResponse(request, "admin/jxai_app/conversation/transcript.html", context)
+
+    @admin.action(description="Export selected conversations as OpenAI wire JSON",
+                  permissions=("read_content",))
+    def export_openai_json(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> HttpResponse:
+        documents = conversations_export(queryset.select_related("owner").order_by("created_at"))
+        stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+        return HttpResponse(
+            json.dumps(documents, ensure_ascii=False, indent=2), content_type="application/json",
+            headers={"Content-Disposition": f'attachment; filename="jxai-conversations-{stamp}.json"'},
+        )
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens: the plaintext is shown once, on the page that follows creation."""
+
+    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("revoked_at", "created_at")
+    search_fields = ("name", "user__username", "prefix")
+    raw_id_fields = ("user",)
+    actions = ("revoke",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["user", "name"]
+        return ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
+        if not change:
+            request._jxai_token_plaintext = obj.set_new_secret()  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
+        plaintext = getattr(request, "_jxai_token_plaintext", None)
+        if plaintext is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "token": obj,
+                   "plaintext": plaintext, "title": "API token created"}
+        response = TemplateResponse(request, "admin/jxai_app/apitoken/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(admin.ModelAdmin):
+    """Per-tool policy, plus the page listing every registered tool."""
+
+    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
+    list_filter = ("enabled",)
+    search_fields = ("tool_name",)
+    filter_horizontal = ("allowed_groups",)
+    change_list_template = "admin/jxai_app/toolpolicy/change_list.html"
+
+    @admin.display(description="allowed groups")
+    def groups(self, policy: ToolPolicy) -> str:
+        return ", ".join(g.name for g in policy.allowed_groups.all()) or "every user"
+
+    def get_urls(self) -> list[URLPattern]:
+        tools = path("registered/", self.admin_site.admin_view(self.registered_tools_view),
+                     name="jxai_app_registered_tools")
+        return [tools, *super().get_urls()]
+
+    def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
+        """Every tool of the registry: name, description, pretty parameters schema, strict,
+        llm_strict, timeout, and who may use it according to its ``ToolPolicy``."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use
+
+        policies = {p.tool_name: p for p in ToolPolicy.objects.prefetch_related("allowed_groups")}
+        rows, error = [], ""
+        try:
+            definitions = get_tool_registry().list()
+        except Exception as exc:  # a misconfigured tool module must not break admin
+            definitions, error = [], f"The tool registry could not be loaded: {exc}"
+        for definition in definitions:
+            policy = policies.get(definition.name)
+            rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
+                         "policy": policy, "who": _who_may_use(policy)})
+        context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
+                   "rows": rows, "error": error,
+                   "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
+        return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
+
+
+def _who_may_use(policy: ToolPolicy | None) -> str:
+    """A sentence saying who may use a tool under ``policy``."""
+    if policy is None:
+        return "every user (no policy)"
+    if not policy.enabled:
+        return "nobody (disabled)"
+    names = [g.name for g in policy.allowed_groups.all()]
+    return "members of " + ", ".join(names) if names else "every user"
+
+
+@admin.register(UserLimits)
+class UserLimitsAdmin(admin.ModelAdmin):
+    """Per-user overrides of the rate limit and the daily token quota (empty = default)."""
+
+    list_display = ("user", "turns_per_minute", "tokens_per_day")
+    search_fields = ("user__username",)
+    raw_id_fields = ("user",)

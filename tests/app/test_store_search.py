@@ -1,0 +1,43 @@
+"""``conversation_search``: the requesting user's own conversations only (SPEC §4 built-in)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jxai_app import store
+from tests.app.conftest import FakeClock
+
+pytestmark = pytest.mark.django_db
+
+
+def _exchange(user: Any, clock: FakeClock, question: str, answer: str, title: str = "") -> Any:
+    conversation = store.conversation_create(user=user, model="m", title=title)
+    recorder = store.TurnRecorder(store.message_send(user=user, conversation_id=conversation.pk, text=question),
+                                  clock=clock)
+    recorder.add_delta(answer)
+    recorder.finish_round(stop_reason="stop", last=True)
+    return conversation
+
+
+def test_search_finds_only_own_conversations_title_hits_first(user: Any, other_user: Any, clock: FakeClock) -> None:
+    by_text = _exchange(user, clock, "How do I bake bread?", "Knead the DOUGH for ten minutes.")
+    by_title = _exchange(user, clock, "question", "answer", title="Dough recipes")
+    _exchange(other_user, clock, "my dough secret", "never share it")
+    results = store.conversation_search(owner=user, query="dough", limit=5)
+    assert [r["id"] for r in results] == [str(by_title.pk), str(by_text.pk)]
+    assert results[1]["snippet"] == "Knead the DOUGH for ten minutes."
+    assert results[1]["title"] == "How do I bake bread?"
+    assert store.conversation_search(owner=user, query="secret") == []
+    assert store.conversation_search(owner=user, query="   ") == []
+    assert len(store.conversation_search(owner=user, query="dough", limit=1)) == 1
+
+
+def test_search_ignores_the_streaming_placeholder(user: Any, clock: FakeClock) -> None:
+    conversation = store.conversation_create(user=user, model="m")
+    recorder = store.TurnRecorder(store.message_send(user=user, conversation_id=conversation.pk, text="hi"),
+                                  clock=clock)
+    recorder.add_delta("zebra")
+    assert recorder.flush()
+    assert store.conversation_search(owner=user, query="zebra") == []

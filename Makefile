@@ -43,4 +43,5 @@ bench: $(VENV)/.installed-bench
 
 run: $(VENV)/.installed-test
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py recover_partial_messages --all
 	$(PY) -m daphne -b 127.0.0.1 -p 8000 project.asgi:application

@@ -16,8 +16,9 @@ Writes per assistant message (INSERT/UPDATE/DELETE statements)::
     attach_tool_result   2   INSERT of the tool reply + UPDATE of the call
     end_turn             1   conversation UPDATE (or inside finish_round(last=True))
 
-So a plain answer costs 4 + one per 2 s of streaming, and a round with calls 4 + one per
-2 s + 2 per call (+1 when it is not the turn's first round).
+So a one-round answer costs 4 + one per 2 s of streaming; a first round with calls
+4 + one per 2 s + 2 per call; a later round (placeholder INSERT instead of the send) one
+write less than that.
 
 Methods **that never touch the database** (cheap, call them on the event loop):
 ``add_delta``, ``add_reasoning``, ``tool_call_start``, ``tool_call_delta``,
@@ -103,7 +104,7 @@ class TurnRecorder:
         self._clock = clock
         self._flush_interval = flush_interval
         self._keepalive_interval = keepalive_interval
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._message_id: int | None = turn.assistant_message_id
         self._streaming = True
         self._lost = False
@@ -256,7 +257,7 @@ class TurnRecorder:
 
     # ------------------------------------------------------------------ writes
     def _take_text(self) -> tuple[str, str | None]:
-        """Join the buffers (under the lock), keep them compact, mark them clean."""
+        """Join the buffers, keep them compact, mark them clean (the lock is re-entrant)."""
         with self._lock:
             text = "".join(self._text)
             self._text = [text] if text else []
@@ -334,8 +335,8 @@ class TurnRecorder:
             return self.cancel()
         if not self._streaming:
             return self.end_turn() if last else not self._lost
-        text, reasoning = self._take_text()
-        with self._lock:
+        with self._lock:  # one critical section: no fragment can land between the two
+            text, reasoning = self._take_text()
             calls = list(self._calls.values())
             self._streaming = False
         saved_usage: dict[str, Any] | None = usage_from(usage if usage is not None else self._usage)

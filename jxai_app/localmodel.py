@@ -270,6 +270,47 @@ def stop_child(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> int 
     return process.returncode
 
 
+def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: float = 0.5,
+              grace: float = 10.0, say: Any = print) -> int:
+    """Keep ``children`` running until one exits or we receive SIGINT/SIGTERM; then stop them all.
+
+    SIGINT and SIGTERM both become ``KeyboardInterrupt`` while this runs (even when SIGINT
+    was inherited as ignored, as for a background job), are ignored while the children stop,
+    and get their previous handlers back afterwards. Children are stopped in reverse start order with :func:`stop_child`.
+
+    Args:
+        children: ``(label, process)`` pairs, in start order.
+        poll: seconds between liveness checks.
+        grace: seconds each child gets between SIGTERM and SIGKILL.
+        say: where progress lines go (``print`` by default).
+
+    Returns:
+        ``0`` after a signal; otherwise the exit code of the child that exited first (``1``
+        when that code was ``0``, since a server that exits on its own is a failure).
+    """
+    previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    try:
+        while True:
+            ended = next(((label, proc) for label, proc in children if proc.poll() is not None), None)
+            if ended is not None:
+                label, proc = ended
+                say(f"{label} exited with code {proc.returncode}; stopping the rest")
+                code = proc.returncode or 1
+                break
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        say("stopping …")
+    finally:
+        for sig in previous:  # a second Ctrl-C must not cut the stopping short
+            signal.signal(sig, signal.SIG_IGN)
+        for _label, proc in reversed(children):
+            stop_child(proc, grace=grace)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code
+
+
 class LocalModelServer:
     """One llama.cpp server child process.
 

@@ -82,6 +82,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "jxai_app.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"

@@ -1,0 +1,133 @@
+// jxai chat page: the websocket connection and the per-turn event sequencer.
+//
+// Protocol: notes/ws-protocol.md. Every event of a turn carries a seq (1, 2, 3 … with no
+// gaps). A tab may receive the same seq twice (direct + channel layer): seq <= lastSeq is
+// ignored; seq > lastSeq + 1 is a gap, so the tab asks for a `resync` and holds later
+// events until the `replay` fills the hole. The connection reconnects with backoff and
+// tells the page (onOpen) so it can re-subscribe.
+
+const RESYNC_RETRY_MS = 2000;
+
+/**
+ * A websocket that reconnects. Frames are JSON objects.
+ * Callbacks: onOpen(), onFrame(frame), onState("connecting"|"open"|"closed", attempts).
+ */
+export class Connection {
+  constructor(path, { onOpen, onFrame, onState, onGiveUp }) {
+    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    this.url = `${scheme}//${window.location.host}${path}`;
+    this.onOpen = onOpen;
+    this.onFrame = onFrame;
+    this.onState = onState;
+    this.onGiveUp = onGiveUp;
+    this.socket = null;
+    this.failures = 0;
+    this.timer = null;
+  }
+
+  connect() {
+    clearTimeout(this.timer);
+    this.onState("connecting", this.failures);
+    const socket = new WebSocket(this.url);
+    this.socket = socket;
+    socket.addEventListener("open", () => {
+      this.failures = 0;
+      this.onState("open", 0);
+      this.onOpen();
+    });
+    socket.addEventListener("message", (message) => {
+      let frame;
+      try {
+        frame = JSON.parse(message.data);
+      } catch {
+        return; // not ours to guess at
+      }
+      if (frame && typeof frame === "object" && typeof frame.type === "string") this.onFrame(frame);
+    });
+    socket.addEventListener("close", () => {
+      if (this.socket !== socket) return;
+      this.failures += 1;
+      this.onState("closed", this.failures);
+      if (this.failures >= 3 && this.onGiveUp) this.onGiveUp(this.failures);
+      const delay = Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
+      this.timer = setTimeout(() => this.connect(), delay);
+    });
+  }
+
+  get isOpen() {
+    return this.socket !== null && this.socket.readyState === WebSocket.OPEN;
+  }
+
+  /** Send a frame; false when the socket is not open (the caller keeps its data). */
+  send(frame) {
+    if (!this.isOpen) return false;
+    this.socket.send(JSON.stringify(frame));
+    return true;
+  }
+}
+
+/**
+ * Orders one turn's events: dedupe, gap detection, resync.
+ * `apply(item)` receives items {seq, messageId, event} exactly once, in seq order;
+ * `requestResync(turnId, afterSeq)` is called when a gap is seen (again every 2 s while
+ * it lasts).
+ */
+export class TurnSequencer {
+  constructor({ apply, requestResync }) {
+    this.apply = apply;
+    this.requestResync = requestResync;
+    this.finished = new Set();
+    this.reset(null, 0);
+  }
+
+  /** Follow turn `turnId`, every seq up to `lastSeq` already applied. */
+  reset(turnId, lastSeq) {
+    this.turnId = turnId;
+    this.lastSeq = lastSeq;
+    this.pending = new Map();
+    this.resyncAskedAt = 0;
+  }
+
+  /** True when frames of `turnId` should be fed here (not a turn already over). */
+  accepts(turnId) {
+    return typeof turnId === "string" && !this.finished.has(turnId);
+  }
+
+  /** Feed the items of an `events` or `replay` frame. */
+  feed(turnId, items) {
+    if (!this.accepts(turnId)) return;
+    if (turnId !== this.turnId) this.reset(turnId, 0);
+    for (const item of items || []) {
+      if (!item || !Number.isInteger(item.seq) || item.seq <= this.lastSeq) continue;
+      this.pending.set(item.seq, item);
+    }
+    this.drain();
+  }
+
+  drain() {
+    while (this.pending.has(this.lastSeq + 1)) {
+      const item = this.pending.get(this.lastSeq + 1);
+      this.pending.delete(this.lastSeq + 1);
+      this.lastSeq += 1;
+      this.apply(item);
+      if (this.turnId === null) return; // the turn ended inside apply
+    }
+    if (this.pending.size > 0) this.gap();
+  }
+
+  gap() {
+    const now = Date.now();
+    if (now - this.resyncAskedAt < RESYNC_RETRY_MS) return;
+    this.resyncAskedAt = now;
+    this.requestResync(this.turnId, this.lastSeq);
+    setTimeout(() => {
+      if (this.pending.size > 0) this.gap();
+    }, RESYNC_RETRY_MS + 50);
+  }
+
+  /** The turn is over: later frames of it (late layer copies) are ignored. */
+  finish() {
+    if (this.turnId) this.finished.add(this.turnId);
+    this.reset(null, 0);
+  }
+}

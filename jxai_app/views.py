@@ -1,0 +1,91 @@
+"""Page views: the chat page (SPEC §7 "Chat page", "URLs").
+
+Thin: ownership and recovery live in :mod:`jxai_app.store`, models in :mod:`jxai_app.conf`.
+The page itself is static HTML plus ``chat.js``; everything live (transcript, streaming,
+Stop, rename, delete) goes over the websocket protocol of ``notes/ws-protocol.md``. The view
+hands the script its starting data through ``json_script`` (no inline script, CSP-safe).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_safe
+
+from jxai_app import store
+from jxai_app.conf import get_limits, get_model_registry
+from jxai_app.errors import ConfigurationError, ProblemError
+from jxai_app.models import Conversation
+
+__all__ = ["chat"]
+
+WS_PATH = "/ws/chat/"
+
+
+def conversation_entry(conversation: Conversation, context_windows: dict[str, int]) -> dict[str, Any]:
+    """One conversation as the page's list knows it, in the websocket protocol's
+    ``conversation`` object shape (``{id, title, model, status, tokenCount, contextWindow,
+    contextWarning, lastError, updatedAt}``) so the script treats both sources alike.
+
+    Args:
+        conversation: a row the requesting user owns.
+        context_windows: tokens per model alias (unknown aliases give ``None``).
+    """
+    last_error = None
+    if conversation.last_error:
+        last_error = {"message": conversation.last_error, "code": None, "problem": conversation.last_problem}
+    return {
+        "id": str(conversation.pk),
+        "title": conversation.title,
+        "model": conversation.model,
+        "status": conversation.status,
+        "tokenCount": conversation.token_count,
+        "contextWindow": context_windows.get(conversation.model),
+        "contextWarning": conversation.context_warning,
+        "lastError": last_error,
+        "updatedAt": conversation.updated_at.isoformat(),
+    }
+
+
+@require_safe
+@login_required
+def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> HttpResponse:
+    """The chat page: ``/`` (a new chat) or ``/c/<uuid>`` (one conversation).
+
+    Logged-out visitors are redirected to ``LOGIN_URL`` (``/accounts/login/?next=…``).
+
+    Raises:
+        Http404: ``conversation_id`` is missing or belongs to another user — the same answer
+            for both (issue 6 item 1: never confirm that someone else's id exists).
+    """
+    current = None
+    if conversation_id is not None:
+        try:
+            current = store.conversation_get(user=request.user, conversation_id=conversation_id)
+        except ProblemError:
+            raise Http404("Conversation not found.") from None
+    try:
+        registry = get_model_registry()
+        models = registry.public_listing()
+        default_model = registry.default_alias
+    except ConfigurationError:
+        # A broken model configuration must not hide the page: the socket reports it per turn.
+        models, default_model = [], ""
+    windows = {m["alias"]: m["context_window"] for m in models}
+    limits = get_limits()
+    page = list(store.conversation_list(user=request.user)[: limits.conversations_page_size])
+    initial = {
+        "conversationId": str(current.pk) if current else None,
+        "conversation": conversation_entry(current, windows) if current else None,
+        "conversations": [conversation_entry(c, windows) for c in page],
+        "models": models,
+        "defaultModel": default_model,
+        "maxMessageChars": limits.max_message_chars,
+        "wsPath": WS_PATH,
+    }
+    title = (current.title or "Conversation") if current else "New chat"
+    return render(request, "jxai_app/chat.html", {"initial": initial, "page_title": title})

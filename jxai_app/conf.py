@@ -212,6 +212,12 @@ def cancel_on_disconnect() -> bool:
     return bool(settings.JXAI_CANCEL_ON_DISCONNECT)
 
 
+def allow_client_provider() -> bool:
+    """``JXAI_ALLOW_CLIENT_PROVIDER``: ``POST /ai/chat`` accepts a caller-supplied provider
+    URL (``X-Api-Base-URL``, SSRF-checked) with the caller's own key (default off)."""
+    return bool(settings.JXAI_ALLOW_CLIENT_PROVIDER)
+
+
 def reset_caches() -> None:
     """Forget the cached registries (tests that change settings or the environment)."""
     get_model_registry.cache_clear()

@@ -1,0 +1,143 @@
+"""The HTTP API: ``POST /ai/chat`` (SSE), ``GET /ai/models``, ``/problems/<slug>`` (SPEC §3, §7).
+
+Thin: the rules live in :mod:`jxai_app.gateway` (pipeline), :mod:`jxai_app.authn` (tokens,
+session, CSRF), :mod:`jxai_app.ratelimit` (limits) and :mod:`jxai_app.ssrf` (caller URLs).
+Refusals before the stream are ``application/problem+json`` at the problem's status with the
+PB-3 body (``…problem, error: <detail>``) and, for 429, a ``Retry-After`` header.
+
+Injection points for tests (module attributes, read per request): :data:`resolver` (DNS for
+caller-supplied provider URLs) and :data:`address_blocked` (the address policy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Mapping
+
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+
+from jxai_app import authn, conf, gateway, ratelimit, ssrf
+from jxai_app.errors import ConfigurationError, ProblemError
+from jxai_app.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPES, problem, problem_body, type_uri
+from jxai_app.streaming.retry import RetryPolicy
+
+__all__ = ["chat", "models", "problem_index", "problem_page", "problem_response"]
+
+logger = logging.getLogger("jxai_app.api")
+
+resolver: ssrf.Resolver = ssrf.system_resolver
+"""DNS resolver used for ``X-Api-Base-URL`` hosts (tests replace it)."""
+address_blocked: Callable[[ssrf.IPAddress], bool] = ssrf.is_blocked_address
+"""Address policy for ``X-Api-Base-URL`` hosts (tests replace it)."""
+
+
+def problem_response(doc: Mapping[str, Any], *, code: str | None = None,
+                     headers: Mapping[str, str] | None = None) -> HttpResponse:
+    """An ``application/problem+json`` refusal at the problem's status (PB-2 … PB-4).
+
+    A ``retry_after`` member (seconds) also becomes the ``Retry-After`` header.
+    """
+    body = problem_body(doc, code)
+    response = HttpResponse(json.dumps(body, ensure_ascii=False), status=int(doc.get("status", 500)),
+                            content_type=PROBLEM_CONTENT_TYPE)
+    if isinstance(doc.get("retry_after"), int):
+        response["Retry-After"] = str(doc["retry_after"])
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _method_not_allowed(*allowed: str) -> HttpResponse:
+    return problem_response(problem("method-not-allowed", f"Use {' or '.join(allowed)}."),
+                            headers={"Allow": ", ".join(allowed)})
+
+
+async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gateway.SelectedUpstream]:
+    """Run the checks in order (module :mod:`jxai_app.gateway`); raise the first refusal."""
+    principal = await authn.authenticate(request)
+    caller = await gateway.resolve_upstream(
+        base_url=request.headers.get("X-Api-Base-URL"), provider_key=request.headers.get("X-Provider-Api-Key"),
+        allowed=conf.allow_client_provider(), resolver=resolver, blocked=address_blocked)
+    limits = conf.get_limits()
+    body = gateway.read_body(request.read, limits.max_body_bytes)
+    chat_request = gateway.parse_chat_request(body, max_messages=limits.max_messages,
+                                              max_message_chars=limits.max_message_chars)
+    upstream = gateway.select_client(chat_request, caller, registry=conf.get_model_registry(),
+                                     timeouts=conf.get_client_timeouts(),
+                                     retry=RetryPolicy(retries=max(0, limits.upstream_retries)))
+    try:
+        await ratelimit.acheck_turn_allowed(principal.user)
+    except BaseException:
+        await upstream.aclose()
+        raise
+    logger.info("ai/chat accepted: user=%s via=%s model=%s messages=%d bytes=%d caller_provider=%s",
+                principal.user.pk, principal.via, upstream.model, chat_request.message_count, chat_request.bytes,
+                caller is not None)
+    return principal.user, chat_request, upstream
+
+
+@csrf_exempt  # CSRF is enforced by authn for session-authenticated requests only
+async def chat(request: HttpRequest) -> HttpResponse:
+    """``POST /ai/chat``: the normalised event stream for the caller's history (SPEC §7).
+
+    Answers ``200 text/event-stream`` with ``data: <event JSON>\\n\\n`` frames, or a problem
+    (see :mod:`jxai_app.gateway` for the order of the checks).
+    """
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    try:
+        user, chat_request, upstream = await _accept(request)
+    except ProblemError as refusal:
+        return problem_response(refusal.problem)
+    except ConfigurationError:
+        logger.exception("ai/chat: the model configuration is unusable")
+        return problem_response(problem("internal-error", "The model configuration is unusable; see the server log."))
+
+    async def finish(outcome: gateway.StreamOutcome) -> None:
+        try:
+            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated)
+        except Exception:  # the answer is already out; losing a count must not raise here
+            logger.exception("ai/chat: recording usage failed")
+
+    response = StreamingHttpResponse(gateway.stream_sse(upstream, chat_request, on_finish=finish),
+                                     content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def models(request: HttpRequest) -> HttpResponse:
+    """``GET /ai/models``: the configured models, always 200 JSON (MD-1; SPEC §7).
+
+    Body ``{"configured": true, "default": "<alias>", "models": [{"alias", "label",
+    "context_window", "supports_tools", "default"}, …]}``; no keys, URLs or provider ids.
+    An unusable configuration gives ``{"configured": false, "default": null, "models": [],
+    "message": …}`` (still 200: it is a capability probe).
+    """
+    if request.method not in ("GET", "HEAD"):
+        return _method_not_allowed("GET")
+    try:
+        registry = conf.get_model_registry()
+        body: dict[str, Any] = {"configured": True, "default": registry.default_alias,
+                                "models": registry.public_listing()}
+    except ConfigurationError:
+        logger.exception("ai/models: the model configuration is unusable")
+        body = {"configured": False, "default": None, "models": [],
+                "message": "The model configuration is unusable; see the server log."}
+    return JsonResponse(body, json_dumps_params={"ensure_ascii": False})
+
+
+def problem_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/problems/<slug>``: the page a problem's ``type`` URI names (SPEC §3); 404 when unknown."""
+    kind = PROBLEM_TYPES.get(slug)
+    if kind is None:
+        raise Http404("No such problem type.")
+    return render(request, "jxai_app/problem.html", {"kind": kind, "type_uri": type_uri(slug), "kinds": None})
+
+
+def problem_index(request: HttpRequest) -> HttpResponse:
+    """``/problems/``: every problem type with its status and title."""
+    return render(request, "jxai_app/problem.html", {"kind": None, "kinds": list(PROBLEM_TYPES.values())})

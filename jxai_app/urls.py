@@ -2,4 +2,11 @@
 
 from django.urls import path
 
-urlpatterns: list = []
+from jxai_app import api
+
+urlpatterns: list = [
+    path("ai/chat", api.chat, name="ai-chat"),
+    path("ai/models", api.models, name="ai-models"),
+    path("problems/", api.problem_index, name="problem-index"),
+    path("problems/<slug:slug>", api.problem_page, name="problem"),
+]

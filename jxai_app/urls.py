@@ -2,9 +2,11 @@
 
 from django.urls import path
 
-from jxai_app import api
+from jxai_app import api, views
 
 urlpatterns: list = [
+    path("", views.chat, name="chat"),
+    path("c/<uuid:conversation_id>", views.chat, name="conversation"),
     path("ai/chat", api.chat, name="ai-chat"),
     path("ai/models", api.models, name="ai-models"),
     path("problems/", api.problem_index, name="problem-index"),

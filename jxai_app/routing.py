@@ -1,5 +1,13 @@
 """Websocket routes (SPEC §7): ``ws/chat/``."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from django.urls import path
 
-websocket_urlpatterns: list = []
+from jxai_app.consumers import ChatConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/chat/", ChatConsumer.as_asgi()),
+]

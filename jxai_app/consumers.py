@@ -1,0 +1,190 @@
+"""The chat websocket ``ws/chat/`` (SPEC §7; protocol: ``/work/notes/ws-protocol.md``).
+
+Thin: it authenticates, checks each client frame's shape, and hands the request to the
+socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task (so a
+``cancel`` is read while a turn streams) and sends every frame in order. The rules live in
+:mod:`jxai_app.turns` and :mod:`jxai_app.store`.
+
+- Anonymous connections are accepted and closed at once with code **4401**.
+- Every malformed frame — not JSON, not an object, binary, over
+  ``JXAI_WS_MAX_FRAME_BYTES``, unknown ``type``, a member of the wrong type, text over
+  ``JXAI_MAX_MESSAGE_CHARS`` — gets an ``error`` frame with a problem (``invalid-request``
+  or ``payload-too-large``); an unknown or foreign conversation id is ``not-found``, alike.
+  The socket stays open and nothing saved changes.
+- Once the socket closed it sends nothing more and leaves no task of its own behind; a
+  running turn goes on and saves on its own (``JXAI_CANCEL_ON_DISCONNECT`` to stop it when
+  its last tab closes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from jxai_app import conf
+from jxai_app.errors import ProblemError
+from jxai_app.problems import problem
+from jxai_app.turns import TurnHub, cancel_turn, get_hub
+from jxai_app.turns.session import Session, error_frame
+
+__all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
+
+logger = logging.getLogger("jxai_app.consumers")
+
+UNAUTHENTICATED_CLOSE_CODE = 4401
+"""Close code for a socket without a logged-in user (4000–4999 are the application's)."""
+
+_STR, _OPT_STR, _INT = "string", "string or null", "non-negative integer"
+_SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
+    # type → member → (kind, required)
+    "send": {"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False)},
+    "cancel": {"conversationId": (_STR, True)},
+    "subscribe": {"conversationId": (_STR, True)},
+    "resync": {"conversationId": (_STR, True), "turnId": (_STR, True), "afterSeq": (_INT, True)},
+    "retry": {"conversationId": (_STR, True)},
+    "rename": {"conversationId": (_STR, True), "title": (_STR, True)},
+    "delete": {"conversationId": (_STR, True)},
+    "list": {},
+}
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == _OPT_STR:
+        return value is None or isinstance(value, str)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _invalid(detail: str) -> ProblemError:
+    return ProblemError(problem("invalid-request", detail))
+
+
+def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict[str, Any]:
+    """Check one client frame and return it as a dict.
+
+    Raises:
+        ProblemError: ``payload-too-large`` over ``max_bytes`` (UTF-8); ``invalid-request``
+            for binary frames, broken JSON, a non-object, an unknown ``type`` or a member
+            of the wrong type (the detail names it).
+    """
+    if text is None:
+        raise _invalid("Frames must be text (JSON), not binary.")
+    if len(text) > max_bytes or len(text.encode("utf-8")) > max_bytes:
+        raise ProblemError(problem("payload-too-large", f"A frame may be at most {max_bytes} bytes."))
+    try:
+        frame = json.loads(text)
+    except ValueError:
+        raise _invalid("The frame is not valid JSON.") from None
+    if not isinstance(frame, dict):
+        raise _invalid("A frame must be a JSON object with a type.")
+    kind = frame.get("type")
+    if not isinstance(kind, str) or kind not in _SHAPES:
+        known = ", ".join(_SHAPES)
+        raise _invalid(f"Unknown frame type {kind!r}; expected one of {known}.")
+    for member, (expected, required) in _SHAPES[kind].items():
+        if member not in frame:
+            if required:
+                raise _invalid(f"'{kind}' needs '{member}' ({expected}).")
+            continue
+        if not _fits(expected, frame[member]):
+            raise _invalid(f"'{kind}': '{member}' must be a {expected}.")
+    return frame
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    """``ws/chat/``: one socket of a logged-in user (see the module docstring)."""
+
+    session: Session | None = None
+
+    def get_hub(self) -> TurnHub:
+        """The worker's hub (tests override this to play a second worker)."""
+        return get_hub()
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        await self.accept()
+        if user is None or not getattr(user, "is_authenticated", False):
+            await self.close(code=UNAUTHENTICATED_CLOSE_CODE)
+            return
+        self.user = user
+        self.hub = self.get_hub()
+        self.session = Session(hub=self.hub, user=user, send=self._send_frame, join_group=self._join,
+                               leave_group=self._leave)
+        from jxai_app.turns.names import user_group
+
+        self._user_group = user_group(user.pk)
+        await self.channel_layer.group_add(self._user_group, self.channel_name)
+        self.session.start()
+
+    async def disconnect(self, code: int) -> None:
+        session, self.session = self.session, None
+        if session is None:
+            return
+        await session.close()
+        await self.channel_layer.group_discard(self._user_group, self.channel_name)
+
+    async def _send_frame(self, frame: dict[str, Any]) -> None:
+        if self.session is not None:
+            await self.send_json(frame)
+
+    async def _join(self, group: str) -> None:
+        await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _leave(self, group: str) -> None:
+        await self.channel_layer.group_discard(group, self.channel_name)
+
+    # ------------------------------------------------------------------ client → server
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            frame = parse_frame(text_data, bytes_data, max_bytes=conf.get_limits().ws_max_frame_bytes)
+        except ProblemError as exc:
+            session.refuse(exc.problem)
+            return
+        kind = frame["type"]
+        cid = frame.get("conversationId")
+        if kind == "cancel":
+            try:
+                await cancel_turn(user=self.user, conversation_id=cid, hub=self.hub)
+            except ProblemError as exc:
+                session.refuse(exc.problem, request=kind, conversation_id=cid)
+            except Exception:
+                logger.exception("cancel failed")
+                session.refuse(problem("internal-error", "Stop failed unexpectedly."), request=kind,
+                               conversation_id=cid)
+            return
+        job: Callable[[], Any]
+        if kind == "send":
+            job = lambda: session.send_message(cid, frame["text"], frame.get("model") or None)  # noqa: E731
+        elif kind == "subscribe":
+            job = lambda: session.subscribe(cid)  # noqa: E731
+        elif kind == "resync":
+            job = lambda: session.resync(cid, frame["turnId"], frame["afterSeq"])  # noqa: E731
+        elif kind == "retry":
+            job = lambda: session.retry(cid)  # noqa: E731
+        elif kind == "rename":
+            job = lambda: session.rename(cid, frame["title"])  # noqa: E731
+        elif kind == "delete":
+            job = lambda: session.delete(cid)  # noqa: E731
+        else:
+            job = session.list
+        session.submit(kind, cid, job)
+
+    # ------------------------------------------------------------------ layer → socket
+    async def jxai_frames(self, message: dict[str, Any]) -> None:
+        """Frames published on another worker (this worker's own arrived directly)."""
+        if self.session is not None and message.get("origin") != self.hub.worker_id:
+            self.session.deliver_remote(list(message.get("frames") or []), scope=str(message.get("scope")))
+
+
+__all__ += ["error_frame", "parse_frame"]

@@ -1,0 +1,441 @@
+"""One running turn: the agent loop → the store → every socket (issue 4 item 2; SPEC §5–§7).
+
+A :class:`TurnRunner` is a task owned by the worker process, not by a connection. It runs
+:func:`jxai_app.agent.run_turn` and, for every event:
+
+1. numbers it (``seq`` 1, 2, 3 … per turn) with the id of the assistant message it belongs
+   to, and appends it to the turn's :class:`~jxai_app.turns.log.ReplayLog`;
+2. pushes it at once to the sockets of this process following the conversation (the hub);
+3. gathers it for the layer: every ``batch_interval`` (50 ms) one ``jxai.frames`` message
+   with every frame since the last one goes to the conversation's group, so a channel
+   never holds more than a few messages per second per turn (the layer drops past 100);
+4. applies it to the store through a :class:`~jxai_app.store.TurnRecorder`: text stays in
+   memory and is flushed at most every 2 s; a round's end, a tool result and the turn's end
+   are one or two writes each (all writes one at a time, in a thread, never per delta).
+
+Per-turn frames besides the events, in order on the same path: ``conversation`` (status
+streaming) and ``message_saved`` of the user message first; ``message_saved`` after each
+completed round and tool result; ``conversation`` (final status) after the turn ended in
+the database, right after the ``turn_end`` event.
+
+Control (any worker): the runner listens on its own layer channel, in the group
+``jxai.turnctl.<hex>``: ``jxai.cancel`` sets the Stop signal (answered at once),
+``jxai.replay`` answers the log after a seq, ``jxai.follow``/``jxai.unfollow`` count
+sockets of other workers (``JXAI_CANCEL_ON_DISCONNECT``).
+
+When the rows show the turn is no longer its own (Stop handled by the database on another
+worker, the conversation deleted, recovery), the runner sets its own Stop signal and writes
+nothing more; its events still reach the sockets, ending with ``turn_end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from contextlib import aclosing
+from typing import Any, Callable
+
+from channels.db import database_sync_to_async
+
+from jxai_app import conf
+from jxai_app.agent import (
+    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
+)
+from jxai_app.models import Conversation, Message
+from jxai_app.problems import problem
+from jxai_app.serializers import conversation_dict, message_dict
+from jxai_app.store import TurnRecorder, TurnStart
+from jxai_app.store.wire import with_tool_calls
+from jxai_app.streaming.events import DoneEvent, ErrorEvent
+from jxai_app.tools import ToolContext
+from jxai_app.turns import names
+from jxai_app.turns.hub import TurnHub, TurnState
+from jxai_app.turns.log import ReplayLog
+
+__all__ = ["TurnRunner"]
+
+logger = logging.getLogger("jxai_app.turns")
+
+KEEPALIVE_TICK_SECONDS = 3.0
+"""The recorder is asked to flush at least this often (it writes a heartbeat only when due)."""
+
+
+def _read_message(pk: int) -> dict[str, Any] | None:
+    message = with_tool_calls(Message.objects.filter(pk=pk)).first()
+    return None if message is None else message_dict(message)
+
+
+def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
+    conversation = Conversation.objects.filter(pk=pk).first()
+    return None if conversation is None else conversation_dict(conversation)
+
+
+def _estimate_tokens(messages: list[dict[str, Any]], system_prompt: str) -> int:
+    """A rough input size in tokens (4 characters a token) for rounds without usage."""
+    return (len(json.dumps(messages, ensure_ascii=False)) + len(system_prompt)) // 4
+
+
+class TurnRunner:
+    """Runs one turn (see the module docstring). Built and started by
+    :func:`jxai_app.turns.start.start_turn`.
+
+    Args:
+        hub: the worker's hub (registry, local followers, layer).
+        user: the requesting user (tools get it in their ``ToolContext``).
+        turn: what ``message_send`` returned.
+        user_message: the saved user message (protocol dict).
+        history: OpenAI wire messages so far, ending with the user message.
+        context_window: the model's context window in tokens.
+        tools: a tool view (``None``: no tools offered).
+        client_factory: builds the model's streaming client (may raise; the turn then
+            ends with an ``error`` event).
+        system_prompt, policy: as ``run_turn`` takes them.
+    """
+
+    def __init__(self, *, hub: TurnHub, user: Any, turn: TurnStart, user_message: dict[str, Any],
+                 history: list[dict[str, Any]], context_window: int | None, tools: Any,
+                 client_factory: Callable[[], Any], system_prompt: str, policy: AgentPolicy) -> None:
+        self.hub = hub
+        self.user = user
+        self.turn = turn
+        self.conversation_id: uuid.UUID = turn.conversation_id
+        self.turn_id = str(turn.turn_id)
+        self.user_message = user_message
+        self.signal = asyncio.Event()
+        self.log = ReplayLog()
+        self.finished = asyncio.Event()
+        self.remote_followers: set[str] = set()
+        self._history = history
+        self._tools = tools
+        self._client_factory = client_factory
+        self._system_prompt = system_prompt
+        self._policy = policy
+        self._recorder = TurnRecorder(turn, context_window=context_window)
+        self._message_id: int | None = turn.assistant_message_id
+        self._ended = False
+        self._lost = False
+        self._write_lock = asyncio.Lock()
+        self._flush_wanted = asyncio.Event()
+        self._batch: list[dict[str, Any]] = []
+        self._batch_ready = asyncio.Event()
+        self._control_channel: str | None = None
+        self._error: ErrorEvent | None = None
+        self._input_estimate = _estimate_tokens(history, system_prompt)
+        self.task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> asyncio.Task[None]:
+        """Register with the hub and start the task (strong reference kept by the hub)."""
+        self.hub.register(self)
+        self.task = self.hub.spawn(self._main(), name=f"jxai-turn-{self.turn_id}")
+        return self.task
+
+    def cancel(self) -> None:
+        """Stop: the model request closes within ~100 ms, the turn ends ``cancelled`` and its
+        partial assistant message is dropped (completed rounds stay)."""
+        self.signal.set()
+
+    @property
+    def ended(self) -> bool:
+        """True once ``turn_end`` was published."""
+        return self._ended
+
+    def state(self, after_seq: int = 0) -> TurnState:
+        """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
+        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message_id,
+                         last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self._ended)
+
+    def follower_left(self) -> None:
+        """A socket following the conversation closed: with ``JXAI_CANCEL_ON_DISCONNECT``,
+        Stop the turn when nobody follows it any more, on any worker."""
+        if self._ended or self.signal.is_set() or not conf.cancel_on_disconnect():
+            return
+        if self.hub.follower_count(self.conversation_id) == 0 and not self.remote_followers:
+            logger.info("turn %s: last follower left, cancelling (JXAI_CANCEL_ON_DISCONNECT)", self.turn_id)
+            self.cancel()
+
+    # ------------------------------------------------------------------ publishing
+    def _publish(self, frame: dict[str, Any]) -> None:
+        self.hub.push_local(self.conversation_id, frame)
+        self._batch.append(frame)
+        self._batch_ready.set()
+
+    def _publish_event(self, event: dict[str, Any]) -> None:
+        seq = self.log.last_seq + 1
+        self.log.append(seq, self._message_id, event)
+        self._publish({"type": "events", "conversationId": str(self.conversation_id), "turnId": self.turn_id,
+                       "items": [{"seq": seq, "messageId": self._message_id, "event": event}]})
+
+    async def _publish_conversation(self) -> None:
+        data = await database_sync_to_async(_read_conversation)(self.conversation_id)
+        if data is not None:
+            frame = {"type": "conversation", "conversation": data}
+            self._publish(frame)  # in order with the events, for the followers
+            await self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None))
+
+    async def _publish_message(self, pk: int | None) -> None:
+        if pk is None:
+            return
+        data = await database_sync_to_async(_read_message)(pk)
+        if data is not None:
+            self._publish({"type": "message_saved", "conversationId": str(self.conversation_id), "message": data})
+
+    @staticmethod
+    def _merge(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Consecutive ``events`` frames of the turn become one (items concatenated; the
+        frames pushed locally are not changed)."""
+        out: list[dict[str, Any]] = []
+        for frame in frames:
+            last = out[-1] if out else None
+            if last is not None and last["type"] == "events" == frame["type"] and last["turnId"] == frame["turnId"]:
+                last["items"].extend(frame["items"])
+            elif frame["type"] == "events":
+                out.append({**frame, "items": list(frame["items"])})
+            else:
+                out.append(frame)
+        return out
+
+    async def _send_batches(self) -> None:
+        """Forward gathered frames to the layer every ``batch_interval`` until the turn ends."""
+        group = names.conversation_group(self.conversation_id)
+        while True:
+            await self._batch_ready.wait()
+            if not self.finished.is_set():
+                await asyncio.sleep(self.hub.batch_interval)
+            self._batch_ready.clear()
+            frames, self._batch = self._batch, []
+            await self.hub.group_frames(group, self.conversation_id, self._merge(frames))
+            if self.finished.is_set() and not self._batch:
+                return
+
+    # ------------------------------------------------------------------ layer control
+    async def _open_control(self) -> None:
+        layer = self.hub.layer
+        if layer is None:
+            return
+        try:
+            self._control_channel = await layer.new_channel()
+            await layer.group_add(names.control_group(self.conversation_id), self._control_channel)
+        except Exception:
+            logger.exception("turn %s: cannot open its control channel", self.turn_id)
+            self._control_channel = None
+
+    async def _close_control(self) -> None:
+        layer, channel = self.hub.layer, self._control_channel
+        if layer is None or channel is None:
+            return
+        try:
+            await layer.group_discard(names.control_group(self.conversation_id), channel)
+        except Exception:
+            logger.exception("turn %s: cannot leave its control group", self.turn_id)
+
+    async def _control(self) -> None:
+        layer, channel = self.hub.layer, self._control_channel
+        if layer is None or channel is None:
+            return
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("turn %s: control channel failed", self.turn_id)
+                await asyncio.sleep(0.5)
+                continue
+            kind = message.get("type")
+            if kind == names.CANCEL:
+                self.cancel()
+                await self._reply(message, {"cancelled": True, "turnId": self.turn_id})
+            elif kind == names.REPLAY:
+                after = message.get("afterSeq")
+                state = self.state(after if isinstance(after, int) and after >= 0 else 0)
+                await self._reply(message, state.to_message())
+            elif kind == names.FOLLOW and isinstance(message.get("follower"), str):
+                self.remote_followers.add(message["follower"])
+            elif kind == names.UNFOLLOW:
+                self.remote_followers.discard(message.get("follower"))
+                if message.get("closing"):
+                    self.follower_left()
+
+    async def _reply(self, request: dict[str, Any], body: dict[str, Any]) -> None:
+        reply_to = request.get("reply_to")
+        if not isinstance(reply_to, str):
+            return
+        try:
+            await self.hub.layer.send(reply_to, {"type": names.REPLY, "request": request.get("request"), **body})
+        except Exception:
+            logger.exception("turn %s: cannot answer %s", self.turn_id, request.get("type"))
+
+    # ------------------------------------------------------------------ store
+    async def _write(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a writing recorder method in a thread, one at a time."""
+        async with self._write_lock:
+            return await database_sync_to_async(method)(*args, **kwargs)
+
+    def _mark_lost(self) -> None:
+        if not self._lost:
+            logger.info("turn %s: no longer owns conversation %s; stopping", self.turn_id, self.conversation_id)
+        self._lost = True
+        self.signal.set()
+
+    async def _keep_flushed(self) -> None:
+        """Flush the recorder when it says so, and tick for its heartbeat while silent."""
+        while not self.finished.is_set():
+            try:
+                await asyncio.wait_for(self._flush_wanted.wait(), KEEPALIVE_TICK_SECONDS)
+            except asyncio.TimeoutError:
+                pass
+            self._flush_wanted.clear()
+            if self.finished.is_set() or self._lost or self._recorder.ended:
+                continue
+            try:
+                if not await self._write(self._recorder.flush):
+                    self._mark_lost()
+            except Exception:
+                logger.exception("turn %s: flush failed", self.turn_id)
+
+    def _context(self, call_id: str, name: str) -> ToolContext:
+        return ToolContext(user=self.user, conversation_id=str(self.conversation_id), call_id=call_id,
+                           signal=self.signal, model=self.turn.model)
+
+    # ------------------------------------------------------------------ the turn
+    async def _main(self) -> None:
+        helpers: list[asyncio.Task[Any]] = []
+        try:
+            await self._open_control()
+            helpers = [asyncio.ensure_future(self._control()), asyncio.ensure_future(self._keep_flushed())]
+            batches = self.hub.spawn(self._send_batches(), name=f"jxai-turn-batches-{self.turn_id}")
+            await self._publish_conversation()
+            self._publish({"type": "message_saved", "conversationId": str(self.conversation_id),
+                           "message": self.user_message})
+            await self._run()
+        except asyncio.CancelledError:
+            self.signal.set()
+            await asyncio.shield(self._abort("cancelled", None))
+            raise
+        except Exception as exc:
+            logger.exception("turn %s failed", self.turn_id)
+            self.signal.set()
+            await self._abort("error", exc)
+        finally:
+            self.finished.set()
+            self._flush_wanted.set()
+            self._batch_ready.set()
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._close_control()
+            self.hub.unregister(self)
+
+    async def _run(self) -> None:
+        client = self._client_factory()
+        events = run_turn(client=client, tools=self._tools, history=self._history,
+                          system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
+                          context_factory=self._context)
+        async with aclosing(events) as stream:
+            async for event in stream:
+                await self._apply(event)
+
+    async def _apply(self, event: Any) -> None:
+        recorder = self._recorder
+        if isinstance(event, RoundStartEvent):
+            if event.round > 1 and not self._lost:
+                if not await self._write(recorder.begin_round):
+                    self._mark_lost()
+                elif recorder.message_id is not None:
+                    self._message_id = recorder.message_id
+            self._publish_event(event.to_dict())
+        elif isinstance(event, RoundEndEvent):
+            self._publish_event(event.to_dict())
+            if event.stop_reason not in ("cancelled", "error") and not self._lost:
+                if await self._write(recorder.finish_round, stop_reason=event.stop_reason,
+                                     input_estimate=self._input_estimate):
+                    await self._publish_message(self._message_id)
+                else:
+                    self._mark_lost()
+        elif isinstance(event, ToolStartEvent):
+            self._publish_event(event.to_dict())
+        elif isinstance(event, ToolResultEvent):
+            self._publish_event(event.to_dict())
+            if not self._lost:
+                reply = await self._write(recorder.attach_tool_result, call_id=event.call_id,
+                                          content=event.message.get("content", ""), success=event.success)
+                if reply is None:
+                    self._mark_lost()
+                else:
+                    await self._publish_message(reply.pk)
+        elif isinstance(event, TurnEndEvent):
+            await self._end(event)
+        elif isinstance(event, (DoneEvent, ErrorEvent)):
+            if isinstance(event, ErrorEvent):
+                self._error = event
+            self._publish_event(event.to_dict())
+        else:
+            self._publish_event(event.to_dict())
+            if recorder.record(event):
+                self._flush_wanted.set()
+
+    def _failure_problem(self, message: str) -> dict[str, Any]:
+        error = self._error
+        if error is not None and error.problem is not None:
+            doc = dict(error.problem)
+        else:
+            doc = problem("upstream-failure", message)
+        if error is not None and error.code and "code" not in doc:
+            doc["code"] = error.code
+        return doc
+
+    async def _end(self, event: TurnEndEvent) -> None:
+        """Save the turn's end (one or two writes), then publish ``turn_end`` and the
+        conversation's final state."""
+        recorder = self._recorder
+        if not self._lost:
+            outcome = event.outcome
+            if outcome == "complete":
+                ok = await self._write(recorder.end_turn)
+            elif outcome == "cancelled":
+                ok = await self._write(recorder.cancel)
+            elif outcome == "cap_partial":
+                ok = await self._write(recorder.add_assistant_message, event.message or "")
+                if ok:
+                    self._message_id = recorder.message_id
+                    await self._publish_message(self._message_id)
+                    ok = await self._write(recorder.end_turn)
+            elif outcome == "cap_failed":
+                ok = await self._write(recorder.fail, event.message or "", None)
+            else:  # error, empty
+                text = event.message or "The model request failed."
+                ok = await self._write(recorder.fail, text, self._failure_problem(text))
+            if not ok:
+                self._lost = True
+        wire = event.to_dict()
+        wire.pop("appended", None)  # the saved messages travel as message_saved
+        self._publish_event(wire)
+        self._ended = True
+        await self._publish_conversation()
+
+    async def _abort(self, outcome: str, exc: BaseException | None) -> None:
+        """The task failed or was cancelled outside the loop's own flow: end the turn in the
+        database and tell the sockets, unless ``turn_end`` already went out."""
+        if self._ended:
+            return
+        try:
+            if outcome == "cancelled":
+                if not self._lost:
+                    await database_sync_to_async(self._recorder.cancel)()
+                self._publish_event(DoneEvent(stop_reason="cancelled").to_dict())
+                self._publish_event({"type": "turn_end", "outcome": "cancelled", "message": "The turn was stopped.",
+                                     "usage": None})
+            else:
+                detail = f"The turn failed unexpectedly ({type(exc).__name__})."
+                doc = problem("internal-error", detail, code="internal_error")
+                if not self._lost:
+                    await database_sync_to_async(self._recorder.fail)(detail, doc)
+                self._publish_event(ErrorEvent(message=detail, code="internal_error", problem=doc).to_dict())
+                self._publish_event({"type": "turn_end", "outcome": "error", "message": detail, "usage": None})
+            self._ended = True
+            await self._publish_conversation()
+        except Exception:
+            logger.exception("turn %s: could not end cleanly", self.turn_id)

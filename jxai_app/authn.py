@@ -93,14 +93,14 @@ def user_for_token(plaintext: str) -> tuple[Any, int] | None:
 class _CsrfCheck(CsrfViewMiddleware):
     """Django's CSRF rules, answering the failure reason instead of a 403 page."""
 
-    def _reject(self, request: HttpRequest, reason: str) -> str:  # type: ignore[override]
+    def _reject(self, request: HttpRequest, reason: str) -> str:
         return reason
 
 
 def _csrf_failure(request: HttpRequest) -> str | None:
-    check = _CsrfCheck(lambda r: None)  # type: ignore[arg-type, return-value]
+    check = _CsrfCheck(lambda r: None)
     check.process_request(request)
-    result = check.process_view(request, None, (), {})  # type: ignore[arg-type]
+    result = check.process_view(request, None, (), {})
     return result if isinstance(result, str) else None
 
 

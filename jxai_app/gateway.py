@@ -30,7 +30,7 @@ import json
 import math
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Final, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Final, Mapping, Sequence, cast
 
 from jxai_app.errors import UnknownModelError
 from jxai_app.problems import problem_error
@@ -315,9 +315,10 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     if chat.tools and not model.supports_tools:
         raise problem_error("capability-unavailable", f"The model {model.alias!r} is configured without tool "
                                                       "support; send no tools or pick another model.")
-    client = build(model.alias) if build is not None else registry.build_client(model.alias, timeouts=timeouts)
+    configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
+                                                                                                timeouts=timeouts)
     key = registry.provider(model.provider).api_key
-    return SelectedUpstream(RetryingClient(client, retry), model.alias, (key,) if key else ())
+    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (key,) if key else ())
 
 
 # -- the stream ---------------------------------------------------------------------------
@@ -379,8 +380,9 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     produced = 0
     terminal = "disconnected"
     try:
-        async with aclosing(upstream.client.stream_chat(chat.messages, chat.tools, chat.system_prompt,
-                                                        signal=signal)) as events:
+        stream = cast(AsyncGenerator[StreamEvent, None],
+                      upstream.client.stream_chat(chat.messages, chat.tools, chat.system_prompt, signal=signal))
+        async with aclosing(stream) as events:
             async for event in events:
                 if type(event) is UsageEvent:
                     usage = event

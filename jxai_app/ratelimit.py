@@ -153,7 +153,8 @@ def turns_in_last_minute(user: Any) -> float:
     """The sliding-window estimate of turns started in the last 60 s."""
     window, elapsed = _window(clock())
     counts = cache.get_many([_turn_key(user.pk, window - 1), _turn_key(user.pk, window)])
-    return counts.get(_turn_key(user.pk, window - 1), 0) * (1 - elapsed) + counts.get(_turn_key(user.pk, window), 0)
+    previous = float(counts.get(_turn_key(user.pk, window - 1), 0))
+    return previous * (1 - elapsed) + float(counts.get(_turn_key(user.pk, window), 0))
 
 
 def _rate_retry_after(previous: int, taken: int, limit: int, elapsed: float) -> int:

@@ -19,7 +19,7 @@ import asyncio
 import random
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence, cast
 
 from jxai_app.streaming.base import ChatClient, Signal
 from jxai_app.streaming.events import DoneEvent, ErrorEvent, StreamEvent
@@ -57,7 +57,7 @@ class RetryPolicy:
 
     def delay(self, retry: int, rand: Callable[[], float] = random.random) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
-        ceiling = min(self.max_delay, self.base_delay * (2 ** (retry - 1)))
+        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
         return max(0.0, ceiling * (1.0 - self.jitter * rand()))
 
 
@@ -105,7 +105,9 @@ class RetryingClient:
         """
         retry = 0
         while True:
-            async with aclosing(self.inner.stream_chat(messages, tools, system_prompt, signal=signal)) as events:
+            attempt = cast(AsyncGenerator[StreamEvent, None],
+                           self.inner.stream_chat(messages, tools, system_prompt, signal=signal))
+            async with aclosing(attempt) as events:
                 first = await anext(events, None)
                 if first is None:
                     return

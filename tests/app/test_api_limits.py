@@ -1,0 +1,184 @@
+"""Per-user turns per minute and tokens per day on ``POST /ai/chat`` (issue 6 item 3), and
+the ratelimit module the websocket turn runner shares."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from django.test import AsyncClient
+
+from jxai_app import ratelimit
+from jxai_app.errors import ProblemError
+from jxai_app.models import Conversation, Message, UserLimits
+from tests.app.apisupport import bearer, fake, frames, post_chat, problem_of, read_all, token  # noqa: F401
+from tests.support.fake_provider import FakeProvider, Script, openai_text_stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOON = datetime(2025, 3, 4, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+"""A fixed instant: the start of a minute window, 12 h before midnight UTC."""
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fixed = Clock(NOON)
+    monkeypatch.setattr(ratelimit, "clock", fixed)
+    return fixed
+
+
+async def _turn(token: str, fake: FakeProvider, usage: dict[str, int] | None = None) -> Any:
+    fake.add(Script(writes=openai_text_stream(["fine"], usage=usage)))
+    response = await post_chat(AsyncClient(), {"messages": [{"role": "user", "content": "hello there"}]},
+                               bearer(token))
+    if response.status_code == 200:
+        await read_all(response)
+    return response
+
+
+async def test_turns_per_minute_refuses_with_retry_after(fake: FakeProvider, token: str, user: Any,
+                                                         clock: Clock) -> None:
+    await UserLimits.objects.acreate(user=user, turns_per_minute=2)
+    assert (await _turn(token, fake)).status_code == 200
+    assert (await _turn(token, fake)).status_code == 200
+    refused = await _turn(token, fake)
+    assert refused.status_code == 429
+    doc = problem_of(refused)
+    assert doc["type"].endswith("/rate-limited") and doc["title"] == "Too many requests"
+    # Two turns at the start of this window; the third fits once 2·(1−g) + 1 ≤ 2, g = ½ of
+    # the next window: 60 + 30 s (sliding-window counter).
+    assert refused["Retry-After"] == "90" and doc["retry_after"] == 90
+    assert len(fake.requests) == 2
+    clock.now += 89
+    assert (await _turn(token, fake)).status_code == 429
+    clock.now += 1
+    assert (await _turn(token, fake)).status_code == 200
+    assert len(fake.requests) == 3
+
+
+async def test_the_settings_default_applies_without_an_override(settings: Any, fake: FakeProvider, token: str,
+                                                                clock: Clock) -> None:
+    settings.JXAI_TURNS_PER_MINUTE = 1
+    assert (await _turn(token, fake)).status_code == 200
+    assert (await _turn(token, fake)).status_code == 429
+
+
+async def test_zero_means_unlimited(settings: Any, fake: FakeProvider, token: str, user: Any, clock: Clock) -> None:
+    settings.JXAI_TURNS_PER_MINUTE = 1
+    await UserLimits.objects.acreate(user=user, turns_per_minute=0)
+    for _ in range(3):
+        assert (await _turn(token, fake)).status_code == 200
+
+
+async def test_limits_are_per_user(fake: FakeProvider, token: str, user: Any, other_user: Any, clock: Clock) -> None:
+    from asgiref.sync import sync_to_async
+
+    from jxai_app.models import ApiToken
+
+    await UserLimits.objects.acreate(user=user, turns_per_minute=1)
+    other_token = (await sync_to_async(ApiToken.issue)(user=other_user, name="m"))[1]
+    assert (await _turn(token, fake)).status_code == 200
+    assert (await _turn(token, fake)).status_code == 429
+    assert (await _turn(other_token, fake)).status_code == 200
+
+
+async def test_the_daily_quota_counts_reported_usage_and_renews_at_midnight(fake: FakeProvider, token: str,
+                                                                            user: Any, clock: Clock) -> None:
+    await UserLimits.objects.acreate(user=user, tokens_per_day=100)
+    assert (await _turn(token, fake, usage={"prompt_tokens": 80, "completion_tokens": 30})).status_code == 200
+    assert await ratelimit.sync_to_async(ratelimit.tokens_used_today)(user) == 110
+    refused = await _turn(token, fake)
+    assert refused.status_code == 429
+    doc = problem_of(refused)
+    assert doc["type"].endswith("/quota-exceeded")
+    assert refused["Retry-After"] == str(12 * 3600) and "110 of your 100 tokens" in doc["detail"]
+    clock.now += 12 * 3600  # midnight UTC: a new day
+    assert (await _turn(token, fake)).status_code == 200
+
+
+async def test_estimated_usage_counts_when_the_provider_sends_none(fake: FakeProvider, token: str, user: Any,
+                                                                   clock: Clock) -> None:
+    fake.add(Script(writes=openai_text_stream(["x" * 400])))
+    payload = {"messages": [{"role": "user", "content": "y" * 800}]}
+    response = await post_chat(AsyncClient(), payload, bearer(token))
+    assert frames(await read_all(response))[-1]["type"] == "done"
+    used = await ratelimit.sync_to_async(ratelimit.tokens_used_today)(user)
+    # input ≈ the request's characters / 4 (800 chars of content plus the JSON around it),
+    # output = 400 chars / 4
+    assert 200 + 100 < used < 200 + 100 + 20
+
+
+async def test_a_refusal_from_the_provider_costs_nothing(fake: FakeProvider, token: str, user: Any,
+                                                         clock: Clock) -> None:
+    from tests.support.fake_provider import json_response
+
+    fake.add(json_response(400, {"error": {"message": "bad"}}))
+    response = await post_chat(AsyncClient(), {"messages": [{"role": "user", "content": "y" * 800}]}, bearer(token))
+    assert frames(await read_all(response))[0]["code"] == "400"
+    assert await ratelimit.sync_to_async(ratelimit.tokens_used_today)(user) == 0
+
+
+def test_saved_assistant_usage_is_a_floor_when_the_counter_is_lost(user: Any, clock: Clock) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    UserLimits.objects.create(user=user, tokens_per_day=1000)
+    conversation = Conversation.objects.create(owner=user, model="fast")
+    Message.objects.create(conversation=conversation, position=0, role="user", content="q")
+    Message.objects.create(conversation=conversation, position=1, role="assistant", content="a",
+                           usage={"inputTokens": 700, "outputTokens": 300, "estimated": True})
+    with pytest.raises(ProblemError) as caught:
+        ratelimit.check_turn_allowed(user)
+    assert caught.value.slug == "quota-exceeded"
+    # The turn runner recording the same usage does not count it twice.
+    cache.clear()
+    ratelimit.record_usage(user, {"inputTokens": 700, "outputTokens": 300}, estimated=True)
+    assert ratelimit.tokens_used_today(user) == 1000
+
+
+def test_a_refused_turn_takes_no_slot_and_quota_is_checked_first(user: Any, clock: Clock) -> None:
+    from django.core.cache import cache
+
+    cache.clear()
+    UserLimits.objects.create(user=user, turns_per_minute=1, tokens_per_day=10)
+    ratelimit.check_turn_allowed(user)
+    for _ in range(3):
+        with pytest.raises(ProblemError) as caught:
+            ratelimit.check_turn_allowed(user)
+        assert caught.value.slug == "rate-limited" and caught.value.status == 429
+    assert ratelimit.turns_in_last_minute(user) == 1
+    ratelimit.record_usage(user, {"inputTokens": 10, "outputTokens": 0}, estimated=False)
+    clock.now += 120
+    with pytest.raises(ProblemError) as caught:
+        ratelimit.check_turn_allowed(user)
+    assert caught.value.slug == "quota-exceeded"
+    assert ratelimit.turns_in_last_minute(user) == 0  # the quota refusal took no turn
+
+
+@pytest.mark.parametrize(("previous", "taken", "limit", "elapsed"), [
+    (0, 2, 2, 0.0),     # full now, previous window empty: wait into the next window
+    (4, 0, 4, 0.5),     # the previous window still weighs 2: fits at once (1 s minimum)
+    (4, 2, 4, 0.0),     # later in this window, once the previous one weighs ≤ 1
+    (10, 10, 10, 0.25),  # full now and before: into the next window
+    (3, 1, 3, 0.9),     # almost at the end of the window
+])
+def test_retry_after_is_the_first_whole_second_a_turn_fits(previous: int, taken: int, limit: int,
+                                                           elapsed: float) -> None:
+    def fits(t: float) -> bool:
+        f = elapsed + t / 60
+        if f < 1:
+            return previous * (1 - f) + taken + 1 <= limit + 1e-9
+        return taken * (1 - (f - 1)) + 1 <= limit + 1e-9
+
+    seconds = ratelimit._rate_retry_after(previous, taken, limit, elapsed)
+    assert fits(seconds)
+    assert seconds == 1 or not fits(seconds - 1)

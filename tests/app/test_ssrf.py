@@ -173,6 +173,20 @@ async def test_the_endpoint_refuses_private_targets_before_reading_the_body(
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_authentication_comes_before_the_url_check(caller_urls_on: FakeProvider) -> None:
+    response = await post_chat(AsyncClient(), HELLO, _caller("http://169.254.169.254/"))
+    assert response.status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_url_check_comes_before_the_body_size(settings: Any, caller_urls_on: FakeProvider,
+                                                        token: str) -> None:
+    settings.JXAI_MAX_BODY_BYTES = 10
+    response = await post_chat(AsyncClient(), b"x" * 100, {**bearer(token), **_caller("http://10.0.0.1/v1")})
+    assert response.status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_caller_urls_are_refused_when_the_setting_is_off(fake: FakeProvider, token: str) -> None:
     response = await post_chat(AsyncClient(), HELLO, {**bearer(token), **_caller("https://api.openai.com/v1")})
     assert response.status_code == 403

@@ -65,7 +65,10 @@ def _load_list(parser: argparse.ArgumentParser, path: Path | None, what: str) ->
     return value
 
 
-def _client(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> Any:
+def build_client(parser: argparse.ArgumentParser, opts: argparse.Namespace, *, transport: Any = None) -> Any:
+    """The client the parsed options describe (``parser.error`` → exit 2 when incomplete).
+
+    ``transport`` (an ``httpx.AsyncBaseTransport``) is passed to the client; tests use it."""
     from jxai_app.streaming.anthropic import AnthropicChatClient
     from jxai_app.streaming.openai import OpenAIChatClient
     from jxai_app.streaming.proxy import ProxyChatClient
@@ -75,16 +78,17 @@ def _client(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> Any:
     if opts.provider == "proxy":
         if not opts.chat_url:
             parser.error("--chat-url is required with --provider proxy")
-        return ProxyChatClient(chat_url=opts.chat_url, model=model, api_key=api_key, api_base_url=opts.base_url)
+        return ProxyChatClient(chat_url=opts.chat_url, model=model, api_key=api_key, api_base_url=opts.base_url,
+                               transport=transport)
     if not model:
         parser.error("--model is required (or set JXAI_MODEL)")
     if opts.provider == "anthropic":
         base = opts.base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com/v1"
         return AnthropicChatClient(base_url=base, model=model, api_key=api_key, temperature=opts.temperature,
-                                   **({"max_tokens": opts.max_tokens} if opts.max_tokens else {}))
+                                   transport=transport, **({"max_tokens": opts.max_tokens} if opts.max_tokens else {}))
     base = opts.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     return OpenAIChatClient(base_url=base, model=model, api_key=api_key, temperature=opts.temperature,
-                            max_tokens=opts.max_tokens)
+                            max_tokens=opts.max_tokens, transport=transport)
 
 
 async def _run(client: Any, messages: list[Any], tools: list[Any], system: str) -> int:
@@ -105,17 +109,23 @@ async def _run(client: Any, messages: list[Any], tools: list[Any], system: str) 
     return 1 if last is None or isinstance(last, ErrorEvent) else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse arguments, run the chat, print events; return the exit status (0, 1 or 2)."""
-    parser = build_parser()
-    opts = parser.parse_args(argv)
+def conversation(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    """``(messages, tools)`` from ``--messages``/``--tools`` files and the prompt argument."""
     messages = _load_list(parser, opts.messages, "messages")
     tools = _load_list(parser, opts.tools, "tools")
     if opts.prompt is not None:
         messages.append({"role": "user", "content": opts.prompt})
     if not messages:
         parser.error("give a prompt or --messages")
-    client = _client(parser, opts)
+    return messages, tools
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments, run the chat, print events; return the exit status (0, 1 or 2)."""
+    parser = build_parser()
+    opts = parser.parse_args(argv)
+    messages, tools = conversation(parser, opts)
+    client = build_client(parser, opts)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(encoding="utf-8")
     return asyncio.run(_run(client, messages, tools, opts.system))

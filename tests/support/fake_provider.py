@@ -83,6 +83,8 @@ class Script:
         stall_after: send only the first N writes, then keep the connection open like ``hold``.
         close_abruptly: after the writes, reset the TCP connection (RST) without finishing
             the body.
+        content_length: with ``chunked=False``, announce this length instead of the real one
+            (announce more than is sent to play a body cut short by a clean close).
     """
 
     status: int = 200
@@ -95,6 +97,7 @@ class Script:
     hold: bool = False
     stall_after: int | None = None
     close_abruptly: bool = False
+    content_length: int | None = None
 
 
 @dataclass
@@ -226,7 +229,8 @@ class FakeProvider:
         if script.chunked:
             h.send_header("Transfer-Encoding", "chunked")
         else:
-            h.send_header("Content-Length", str(sum(len(w.data) for w in writes)))
+            length = script.content_length
+            h.send_header("Content-Length", str(sum(len(w.data) for w in writes) if length is None else length))
         h.send_header("Connection", "close")
         h.end_headers()
         h.wfile.flush()

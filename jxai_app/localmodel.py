@@ -348,9 +348,11 @@ class LocalModelServer:
         """Start the child and wait until it answers.
 
         Raises:
-            LocalModelError: llama-cpp-python is missing, the child exits, or it does not answer
-                within ``timeout`` seconds (the child is stopped before raising).
+            LocalModelError: already started, llama-cpp-python is missing, the child exits, or it
+                does not answer within ``timeout`` seconds (the child is stopped before raising).
         """
+        if self.process is not None:
+            raise LocalModelError("this local model server was already started")
         if importlib.util.find_spec("llama_cpp") is None:  # checked here for a clear message
             raise LocalModelError(f"llama-cpp-python[server] is missing; {_INSTALL_HINT}")
         self.process = spawn_child(self.command, log=self.log)

@@ -66,8 +66,7 @@ def server() -> Iterator[localmodel.LocalModelServer]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with (RESULTS / "server.log").open("wb") as log:
         model = localmodel.ensure_model()
-        running = localmodel.LocalModelServer(model, port=free_port(), log=log)
-        with running.start(timeout=120):
+        with localmodel.LocalModelServer(model, port=free_port(), log=log) as running:
             yield running
     assert not running.running()
 

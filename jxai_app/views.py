@@ -9,7 +9,6 @@ hands the script its starting data through ``json_script`` (no inline script, CS
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,36 +18,11 @@ from django.views.decorators.http import require_safe
 from jxai_app import store
 from jxai_app.conf import get_limits, get_model_registry
 from jxai_app.errors import ConfigurationError, ProblemError
-from jxai_app.models import Conversation
+from jxai_app.serializers import conversation_dict, conversation_dicts
 
 __all__ = ["chat"]
 
 WS_PATH = "/ws/chat/"
-
-
-def conversation_entry(conversation: Conversation, context_windows: dict[str, int]) -> dict[str, Any]:
-    """One conversation as the page's list knows it, in the websocket protocol's
-    ``conversation`` object shape (``{id, title, model, status, tokenCount, contextWindow,
-    contextWarning, lastError, updatedAt}``) so the script treats both sources alike.
-
-    Args:
-        conversation: a row the requesting user owns.
-        context_windows: tokens per model alias (unknown aliases give ``None``).
-    """
-    last_error = None
-    if conversation.last_error:
-        last_error = {"message": conversation.last_error, "code": None, "problem": conversation.last_problem}
-    return {
-        "id": str(conversation.pk),
-        "title": conversation.title,
-        "model": conversation.model,
-        "status": conversation.status,
-        "tokenCount": conversation.token_count,
-        "contextWindow": context_windows.get(conversation.model),
-        "contextWarning": conversation.context_warning,
-        "lastError": last_error,
-        "updatedAt": conversation.updated_at.isoformat(),
-    }
 
 
 @require_safe
@@ -75,13 +49,12 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
     except ConfigurationError:
         # A broken model configuration must not hide the page: the socket reports it per turn.
         models, default_model = [], ""
-    windows = {m["alias"]: m["context_window"] for m in models}
     limits = get_limits()
     page = list(store.conversation_list(user=request.user)[: limits.conversations_page_size])
     initial = {
         "conversationId": str(current.pk) if current else None,
-        "conversation": conversation_entry(current, windows) if current else None,
-        "conversations": [conversation_entry(c, windows) for c in page],
+        "conversation": conversation_dict(current) if current else None,
+        "conversations": conversation_dicts(page),
         "models": models,
         "defaultModel": default_model,
         "maxMessageChars": limits.max_message_chars,

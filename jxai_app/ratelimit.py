@@ -9,16 +9,20 @@ Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`
 :func:`jxai_app.conf.get_limits`), overridden per user by a :class:`~jxai_app.models.UserLimits`
 row (``None`` = the default). **0 means no limit**, in settings and overrides alike.
 
-Storage, Django's cache framework (configure a shared cache such as Redis when several
-worker processes serve users; the default local-memory cache counts per process):
+Storage is the database, which every worker process already shares (SQLite file or
+PostgreSQL), so both figures are exact with any number of workers and survive restarts.
+Django's cache is not used: its default (local memory) counts per process, and a shared
+cache may be emptied.
 
-- turns: a sliding-window counter (the current and the previous minute, the previous one
-  weighted by how much of it still lies inside the last 60 s), updated with atomic
-  ``incr``; a refused turn is not counted;
-- tokens: a counter per user and UTC day, increased by :func:`record_usage` (input +
-  output tokens). Because a cache may be emptied (restart, eviction), the figure used is
-  ``max(counter, tokens saved on the user's assistant messages of the day)`` — the saved
-  usage is a lower bound the counter can only exceed, so nothing is counted twice.
+- **Tokens per day**: the :class:`~jxai_app.models.UsageLedger` row of the user and UTC day,
+  increased by :func:`record_usage` with ``F()`` increments (:mod:`jxai_app.usage`).
+- **Turns per minute**: an exact sliding window. Each admitted turn (a websocket send or an
+  ``/ai/chat`` request) adds a :class:`~jxai_app.models.TurnAdmission` row; admitting counts
+  the user's rows of the last 60 s inside one transaction that is serialised per user (on
+  PostgreSQL ``SELECT … FOR NO KEY UPDATE`` of the user's row; on SQLite the ``IMMEDIATE``
+  transaction already holds the database's write lock), so two workers can never both take
+  the last slot. Rows older than the window are deleted on the way. A refused turn adds
+  nothing.
 
 A refusal is a ``ProblemError`` with problem ``rate-limited`` or ``quota-exceeded`` (429)
 carrying ``retry_after`` (whole seconds, ≥ 1) for the ``Retry-After`` header.
@@ -29,13 +33,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Callable, Final, Mapping
 
 from asgiref.sync import sync_to_async
-from django.core.cache import cache
+from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from jxai_app import conf
+from jxai_app import usage as ledger
 from jxai_app.problems import problem_error
 
 __all__ = [
@@ -49,8 +55,8 @@ __all__ = [
     "turns_in_last_minute",
 ]
 
-WINDOW_SECONDS: Final[int] = 60
-_PREFIX: Final[str] = "jxai:limits"
+WINDOW: Final[timedelta] = timedelta(seconds=60)
+"""The rate limit's sliding window."""
 
 clock: Callable[[], float] = time.time
 """Wall-clock seconds; tests replace it to move time."""
@@ -78,114 +84,75 @@ def allowance_for(user: Any) -> Allowance:
     )
 
 
+def _now() -> datetime:
+    return datetime.fromtimestamp(clock(), tz=timezone.utc)
+
+
+def _today(now: datetime) -> date:
+    return now.date()
+
+
 # -- tokens per day ------------------------------------------------------------------------
-def _day_start(now: float) -> datetime:
-    moment = datetime.fromtimestamp(now, tz=timezone.utc)
-    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _tokens_key(user_id: Any, day: datetime) -> str:
-    return f"{_PREFIX}:tokens:{user_id}:{day:%Y-%m-%d}"
-
-
-def _usage_tokens(usage: Mapping[str, Any] | None) -> int:
-    if not isinstance(usage, Mapping):
-        return 0
-    total = 0
-    for key in ("inputTokens", "outputTokens"):
-        value = usage.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
-            total += int(value)
-    return total
-
-
-def _saved_tokens(user: Any, since: datetime) -> int:
-    from jxai_app.models import Message
-
-    rows = Message.objects.filter(conversation__owner_id=user.pk, role="assistant", created_at__gte=since,
-                                  usage__isnull=False).values_list("usage", flat=True)
-    return sum(_usage_tokens(u) for u in rows)
-
-
 def tokens_used_today(user: Any) -> int:
-    """Input + output tokens the user spent since 00:00 UTC (module docstring)."""
-    day = _day_start(clock())
-    counted = cache.get(_tokens_key(user.pk, day)) or 0
-    return max(int(counted), _saved_tokens(user, day))
+    """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
+    return ledger.tokens_on(user.pk, _today(_now()))
 
 
 def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool) -> int:
-    """Count one provider request's tokens toward the user's daily quota.
+    """Add one provider request's tokens to the user's ledger row for today (UTC).
 
     Args:
-        user: the user who asked.
-        usage: ``{"inputTokens", "outputTokens", …}`` (the ``usage`` event's wire form or the
-            saved shape); missing or bad counts count as 0.
+        user: the user who asked; ``None`` or unsaved users record nothing.
+        usage: ``{"inputTokens", "outputTokens", …}`` (the ``usage`` event's wire form or
+            the saved shape); missing or bad counts count as 0, and ``None`` records a
+            request with no tokens.
         estimated: True when the counts are an estimate (the provider sent none). Estimates
-            count like real figures; the flag is for records and logs.
+            count toward the quota like real figures and are also added to the ledger's
+            ``estimated_tokens`` so admin shows them as such.
 
     Returns:
-        The tokens added.
+        The tokens added (input + output).
+
+    Raises:
+        django.db.DatabaseError: the ledger could not be written.
     """
-    tokens = _usage_tokens(usage)
-    if tokens <= 0 or user is None or getattr(user, "pk", None) is None:
+    if user is None or getattr(user, "pk", None) is None:
         return 0
-    key = _tokens_key(user.pk, _day_start(clock()))
-    cache.add(key, 0, timeout=2 * 24 * 3600)
-    try:
-        cache.incr(key, tokens)
-    except ValueError:  # evicted between add and incr
-        cache.set(key, tokens, timeout=2 * 24 * 3600)
-    return tokens
+    counts = ledger.counts_from(usage, estimated=estimated)
+    ledger.ledger_add(user.pk, _today(_now()), counts)
+    return counts.total
 
 
 # -- turns per minute ----------------------------------------------------------------------
-def _turn_key(user_id: Any, window: int) -> str:
-    return f"{_PREFIX}:turns:{user_id}:{window}"
+def turns_in_last_minute(user: Any) -> int:
+    """Turns admitted for ``user`` in the last 60 s."""
+    from jxai_app.models import TurnAdmission
+
+    return TurnAdmission.objects.filter(user_id=user.pk, at__gt=_now() - WINDOW).count()
 
 
-def _window(now: float) -> tuple[int, float]:
-    window = int(now // WINDOW_SECONDS)
-    return window, (now - window * WINDOW_SECONDS) / WINDOW_SECONDS
-
-
-def turns_in_last_minute(user: Any) -> float:
-    """The sliding-window estimate of turns started in the last 60 s."""
-    window, elapsed = _window(clock())
-    counts = cache.get_many([_turn_key(user.pk, window - 1), _turn_key(user.pk, window)])
-    previous = float(counts.get(_turn_key(user.pk, window - 1), 0))
-    return previous * (1 - elapsed) + float(counts.get(_turn_key(user.pk, window), 0))
-
-
-def _rate_retry_after(previous: int, taken: int, limit: int, elapsed: float) -> int:
-    """Seconds until one more turn fits: ``previous·(1−f) + taken + 1 ≤ limit`` with no other
-    turn meanwhile (``f`` = the elapsed fraction of the current window)."""
-    room = limit - 1 - taken
-    if room >= 0 and previous > 0:  # later in this window, once the previous one weighs less
-        seconds = (1 - room / previous - elapsed) * WINDOW_SECONDS
-    else:  # in the next window, where ``taken`` becomes the weighted previous count
-        fraction = max(0.0, 1 - (limit - 1) / taken) if taken else 0.0
-        seconds = (1 - elapsed + fraction) * WINDOW_SECONDS
-    return max(1, math.ceil(seconds))
+def _lock_user(user: Any) -> None:
+    """Serialise admissions of one user across processes (module docstring). ``NO KEY``:
+    rows that merely reference the user (conversations, tokens) are not blocked."""
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True))
 
 
 def _take_turn(user: Any, limit: int) -> None:
-    window, elapsed = _window(clock())
-    key = _turn_key(user.pk, window)
-    cache.add(key, 0, timeout=3 * WINDOW_SECONDS)
-    try:
-        current = cache.incr(key)
-    except ValueError:
-        cache.set(key, 1, timeout=3 * WINDOW_SECONDS)
-        current = 1
-    previous = int(cache.get(_turn_key(user.pk, window - 1)) or 0)
-    if previous * (1 - elapsed) + current <= limit:
-        return
-    try:
-        cache.decr(key)  # a refused turn does not count
-    except ValueError:
-        pass
-    retry = _rate_retry_after(previous, current - 1, limit, elapsed)
+    from jxai_app.models import TurnAdmission
+
+    now = _now()
+    since = now - WINDOW
+    with transaction.atomic():
+        _lock_user(user)
+        TurnAdmission.objects.filter(user_id=user.pk, at__lte=since).delete()
+        taken = list(TurnAdmission.objects.filter(user_id=user.pk, at__gt=since)
+                     .order_by("at").values_list("at", flat=True))
+        if len(taken) < limit:
+            TurnAdmission.objects.create(user_id=user.pk, at=now)
+            return
+    # One more fits once all but ``limit - 1`` of the window's turns have left it.
+    frees_at = taken[len(taken) - limit] + WINDOW
+    retry = max(1, math.ceil((frees_at - now).total_seconds()))
     raise problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
                         retry_after=retry)
 
@@ -198,15 +165,18 @@ def check_turn_allowed(user: Any) -> None:
 
     Raises:
         ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
-            ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the turn
-            would exceed the per-minute allowance, ``retry_after`` = seconds until it would not.
+            ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the
+            allowance of turns in the last 60 s is used up, ``retry_after`` = seconds until
+            the oldest counted turn leaves the window.
+        django.db.DatabaseError: the database is unreachable.
     """
     allowance = allowance_for(user)
     if allowance.tokens_per_day > 0:
         used = tokens_used_today(user)
         if used >= allowance.tokens_per_day:
-            now = clock()
-            retry = max(1, math.ceil((_day_start(now) + timedelta(days=1)).timestamp() - now))
+            now = _now()
+            midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+            retry = max(1, math.ceil((midnight - now).total_seconds()))
             raise problem_error("quota-exceeded",
                                 f"You have used {used} of your {allowance.tokens_per_day} tokens for today "
                                 f"(UTC); the allowance renews in {retry} s.", retry_after=retry)

@@ -1,11 +1,12 @@
 """Django admin: conversations for staff review, API tokens, tool policies, user limits,
-and the registered-tools page (SPEC §7 "Admin", issue 7).
+per-user usage, and the registered-tools page (SPEC §7 "Admin", issues 6 and 7).
 
 Message content (the messages and calls inline, the transcript page, the export action,
-search over message text) needs the ``jxai_app.view_conversation`` permission itself: a
-staff member who may only *change* conversations sees their metadata and titles, never
-what was said. Conversations are created by the chat, never in admin. Every value is
-rendered through Django's auto-escaping (``format_html`` / templates), never marked safe.
+search over message text, and titles, which are made from the first user message) needs
+the ``jxai_app.view_conversation`` permission itself: a staff member who may only *change*
+conversations sees their metadata, never what was said. Conversations are created by the
+chat, never in admin. Every value is rendered through Django's auto-escaping
+(``format_html`` / templates), never marked safe.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -23,7 +26,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UserLimits
+from jxai_app import toolpolicy
+from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
 
@@ -87,15 +91,19 @@ class MessageInline(admin.TabularInline):
 class ConversationAdmin(admin.ModelAdmin):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("title", "owner", "model", "status", "message_count", "token_count", "context_warning",
-                    "created_at", "updated_at", "transcript_link")
+    list_display = ("label", "title", "owner", "model", "status", "message_count", "token_count",
+                    "context_warning", "created_at", "updated_at", "transcript_link")
+    list_display_links = ("label",)
     list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "created_at", "updated_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
-    search_fields = ("title",)
+    search_fields = ("owner__username",)
     fields = ("id", "owner", "title", "model", "status", "last_error", "last_problem", "token_count",
               "context_warning", "turn_id", "turn_heartbeat", "created_at", "updated_at")
     readonly_fields = tuple(f for f in fields if f != "title")
+    CONTENT_FIELDS = ("title", "last_error", "last_problem")
+    """Fields that may quote what was said (the title is the first user message; a provider
+    error may echo the prompt): shown only with the content permission."""
     actions = ("export_openai_json",)
     change_form_template = "admin/jxai_app/conversation/change_form.html"
 
@@ -103,7 +111,17 @@ class ConversationAdmin(admin.ModelAdmin):
         return super().get_queryset(request).annotate(message_count=Count("messages", distinct=True))
 
     def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
-        return ("title", "messages__content") if can_read_content(request) else ("title",)
+        if can_read_content(request):
+            return ("title", "messages__content", "owner__username")
+        return ("owner__username",)  # searching titles would be an oracle on content
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        shown = tuple(self.fields)
+        return shown if can_read_content(request) else tuple(f for f in shown if f not in self.CONTENT_FIELDS)
+
+    @admin.display(description="conversation", ordering="created_at")
+    def label(self, conversation: Conversation) -> str:
+        return f"{conversation.pk}"[:8]
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> list[type[admin.options.InlineModelAdmin]]:
         return [MessageInline] if obj is not None and can_read_content(request) else []
@@ -126,7 +144,8 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
         shown = tuple(self.list_display)
-        return shown if can_read_content(request) else tuple(f for f in shown if f != "transcript_link")
+        return shown if can_read_content(request) else tuple(f for f in shown
+                                                             if f not in ("transcript_link", "title"))
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -152,7 +171,8 @@ class ConversationAdmin(admin.ModelAdmin):
         ]
         context = {
             **self.admin_site.each_context(request),
-            "opts": self.opts, "title": f"Transcript: {conversation}", "conversation": conversation,
+            "opts": self.opts, "title": f"Transcript: {conversation.title or conversation.pk}",
+            "conversation": conversation,
             "entries": entries, "original": conversation,
         }
         return TemplateResponse(request, "admin/jxai_app/conversation/transcript.html", context)
@@ -170,9 +190,10 @@ class ConversationAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """API tokens: the plaintext is shown once, on the page that follows creation."""
+    """API tokens: the plaintext is shown once, on the page that follows creation; revoking
+    (the list action) is final, a revoked token never authenticates again."""
 
-    list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "user", "prefix", "state", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at", "created_at")
     search_fields = ("name", "user__username", "prefix")
     raw_id_fields = ("user",)
@@ -184,7 +205,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at"]
+        return [] if obj is None else ["user", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+    @admin.display(description="state", boolean=False)
+    def state(self, token: ApiToken) -> str:
+        return "active" if token.is_active else "revoked"
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:
         if not change:
@@ -201,7 +226,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         response["Cache-Control"] = "no-store"
         return response
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=("change",))
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
@@ -228,41 +253,103 @@ class ToolPolicyAdmin(admin.ModelAdmin):
 
     def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
         """Every tool of the registry: name, description, pretty parameters schema, strict,
-        llm_strict, timeout, and who may use it according to its ``ToolPolicy``."""
+        llm_strict, effective timeout, and who may use it — the rule of
+        :mod:`jxai_app.toolpolicy`, the same one that decides what a turn offers."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use
 
-        policies = {p.tool_name: p for p in ToolPolicy.objects.prefetch_related("allowed_groups")}
+        policies = {p.tool_name: p for p in ToolPolicy.objects.all()}
+        rules = toolpolicy.load_rules()
         rows, error = [], ""
         try:
             definitions = get_tool_registry().list()
         except Exception as exc:  # a misconfigured tool module must not break admin
             definitions, error = [], f"The tool registry could not be loaded: {exc}"
         for definition in definitions:
-            policy = policies.get(definition.name)
+            rule = toolpolicy.rule_for(definition.name, rules)
             rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
-                         "policy": policy, "who": _who_may_use(policy)})
+                         "policy": policies.get(definition.name), "who": toolpolicy.who_may_use(definition.name, rules),
+                         "timeout": toolpolicy.effective_timeout(definition, rule)})
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
 
 
-def _who_may_use(policy: ToolPolicy | None) -> str:
-    """A sentence saying who may use a tool under ``policy``."""
-    if policy is None:
-        return "every user (no policy)"
-    if not policy.enabled:
-        return "nobody (disabled)"
-    names = [g.name for g in policy.allowed_groups.all()]
-    return "members of " + ", ".join(names) if names else "every user"
-
-
 @admin.register(UserLimits)
 class UserLimitsAdmin(admin.ModelAdmin):
-    """Per-user overrides of the rate limit and the daily token quota (empty = default)."""
+    """Per-user overrides of the rate limit and the daily token quota: empty = the settings'
+    default, 0 = unlimited (the help text of each field says so on the form)."""
 
     list_display = ("user", "turns_per_minute", "tokens_per_day")
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
+
+
+@admin.register(UsageLedger)
+class UsageLedgerAdmin(admin.ModelAdmin):
+    """Per-user usage by UTC day, read-only, with totals over the filtered rows. Estimated
+    tokens (the provider sent no usage) are a column of their own."""
+
+    list_display = ("day", "user", "input_tokens", "output_tokens", "total", "estimated", "requests")
+    list_filter = (("user", admin.RelatedOnlyFieldListFilter), "day")
+    list_select_related = ("user",)
+    date_hierarchy = "day"
+    search_fields = ("user__username",)
+    change_list_template = "admin/jxai_app/usageledger/change_list.html"
+
+    @admin.display(description="total tokens", ordering=F("input_tokens") + F("output_tokens"))
+    def total(self, row: UsageLedger) -> int:
+        return row.total_tokens
+
+    @admin.display(description="of which estimated", ordering="estimated_tokens")
+    def estimated(self, row: UsageLedger) -> str:
+        return f"{row.estimated_tokens} (estimated)" if row.estimated_tokens else "0"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if isinstance(context, dict) and "cl" in context:
+            totals = context["cl"].queryset.aggregate(
+                input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"),
+                estimated_tokens=Sum("estimated_tokens"), requests=Sum("requests"))
+            totals = {key: int(value or 0) for key, value in totals.items()}
+            totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
+            context["totals"] = totals
+        return response
+
+
+def _usage_link(user: Any) -> str:
+    url = reverse("admin:jxai_app_usageledger_changelist") + f"?user__id__exact={user.pk}"
+    return format_html('<a href="{}">usage by day</a>', url)
+
+
+_user_model = get_user_model()
+if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_user_model)) is UserAdmin:
+    # Only Django's own user admin is extended; a project's custom one is left alone.
+    class JxaiUserAdmin(UserAdmin):
+        """Django's user admin with a link to the user's jxai usage."""
+
+        list_display = (*UserAdmin.list_display, "jxai_usage")
+        readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage")
+
+        def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+            fieldsets = super().get_fieldsets(request, obj)
+            return fieldsets if obj is None else (*fieldsets, ("jxai", {"fields": ("jxai_usage",)}))
+
+        @admin.display(description="jxai usage")
+        def jxai_usage(self, user: Any) -> str:
+            return _usage_link(user)
+
+    admin.site.unregister(_user_model)
+    admin.site.register(_user_model, JxaiUserAdmin)

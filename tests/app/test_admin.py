@@ -179,7 +179,7 @@ def test_registered_tools_page(reader: Any, django_user_model: Any) -> None:
     for row in response.context["rows"]:
         assert row["schema"] == json.dumps(row["tool"].parameters, indent=2, ensure_ascii=False)
     who = {row["tool"].name: row["who"] for row in response.context["rows"]}
-    assert who["search_conversations"] == "members of analysts"
+    assert who["search_conversations"] == "members of analysts, and superusers"
     assert who["calculate"] == "nobody (disabled)"
     assert who["current_datetime"] == "every user (no policy)"
     assert "at most 3 calls per turn" in body and "&quot;type&quot;: &quot;object&quot;" in body

@@ -261,34 +261,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     report = outcome.get_result()
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
-
-
-def login(recorded: BrowserPage, user: Any, next_path: str = "/") -> None:
-    """Log in through the login page and wait for the chat page's socket to connect."""
-    page = recorded.page
-    page.goto(f"/accounts/login/?next={next_path}")
-    page.get_by_test_id("login-username").fill(user.get_username())
-    page.get_by_test_id("login-password").fill(PASSWORD)
-    page.get_by_test_id("login-submit").click()
-    page.wait_for_url(f"**{next_path}")
-    page.get_by_test_id("composer").wait_for()
-    wait_connected(recorded)
-
-
-def wait_connected(recorded: BrowserPage) -> None:
-    """Wait until the page's websocket is open (``<html data-connection="open">``)."""
-    recorded.page.locator("html[data-connection='open']").wait_for(state="attached")
-
-
-def send(recorded: BrowserPage, text: str) -> None:
-    """Type ``text`` and press Enter, as a person would."""
-    composer = recorded.page.get_by_test_id("composer")
-    composer.fill(text)
-    composer.press("Enter")
-
-
-def screenshot(recorded: BrowserPage, name: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
-    recorded.page.screenshot(path=str(path))
-    return path

@@ -11,6 +11,7 @@ The last message decides:
   ``[slow]``   300 words, 60 ms apart (about 18 s; for Stop, a second tab, screenshots);
   ``[fail]``   ``503`` until :meth:`ScriptedModel.heal` is called for that exact text;
   ``[xss]``    the answer of :data:`XSS_ANSWER` (the leak URL filled in);
+  ``[think]``  reasoning (``reasoning_content``) first, then the answer;
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -22,9 +23,10 @@ import threading
 from typing import Any
 
 from tests.support.fake_provider import (
-    Request, Script, json_response, openai_text_stream, openai_tool_call_stream,
+    Request, Script, json_response, openai_chunk, openai_text_stream, openai_tool_call_stream,
 )
 
+REASONING = ["The user asks ", "for a capital. ", "France's capital is Paris."]
 USAGE = {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}
 SLOW_WORDS = 300
 SLOW_DELAY = 0.06
@@ -103,6 +105,10 @@ class ScriptedModel:
             answer = XSS_ANSWER.replace("{leak}", self.leak_url)
             parts = [answer[i:i + 40] for i in range(0, len(answer), 40)]
             return Script(writes=openai_text_stream(parts, usage=USAGE), delay=0.01)
+        if text.startswith("[think]"):
+            thoughts = [openai_chunk({"reasoning_content": part}) for part in REASONING]
+            answer = openai_text_stream(["Paris ", "is the capital of France."], usage=USAGE)
+            return Script(writes=answer[:1] + thoughts + answer[1:], delay=0.02)
         return Script(writes=openai_text_stream(
             ["Hello! ", "You said: ", text, "\n\n", "- first point\n", "- second point\n"], usage=USAGE),
             delay=0.03)

@@ -7,7 +7,6 @@ answers come from the loopback fake provider (see ``conftest.py`` and ``scripted
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from typing import Any
@@ -15,39 +14,13 @@ from typing import Any
 import pytest
 
 from jxai_app.models import Conversation, Message
-from tests.e2e.conftest import ROOT, BrowserPage, login, screenshot, send, wait_connected
+from tests.e2e.conftest import ROOT
 from tests.e2e.scripted_model import SLOW_WORDS
+from tests.e2e.steps import (
+    assert_clean, assistant_text, conversation_id, login, screenshot, send, slow_words, wait_connected, wait_idle,
+)
 
 pytestmark = pytest.mark.browser
-
-CONVERSATION_URL = re.compile(r".*/c/([0-9a-f-]{36})$")
-
-
-def conversation_id(recorded: BrowserPage) -> str:
-    match = CONVERSATION_URL.match(recorded.page.url)
-    assert match, recorded.page.url
-    return match.group(1)
-
-
-def assistant_text(recorded: BrowserPage, index: int = -1) -> str:
-    return str(recorded.page.get_by_test_id("message-assistant").nth(index).locator(".message-body").inner_text())
-
-
-def wait_idle(recorded: BrowserPage, timeout: float = 15_000) -> None:
-    """Wait until the turn is over (Send is back, Stop gone)."""
-    recorded.page.get_by_test_id("send").wait_for(state="visible", timeout=timeout)
-    recorded.page.get_by_test_id("stop").wait_for(state="hidden", timeout=timeout)
-
-
-def slow_words(text: str) -> list[int]:
-    return [int(n) for n in re.findall(r"word(\d+)", text)]
-
-
-def assert_clean(*pages: BrowserPage) -> None:
-    for recorded in pages:
-        assert recorded.errors == [], recorded.errors
-        assert recorded.console_errors == [], recorded.console_errors
-
 
 def test_log_in_send_and_see_the_streamed_answer(open_page: Any, make_user: Any) -> None:
     user = make_user()

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import BrowserPage, login, send, wait_connected
+from tests.e2e.conftest import BrowserPage
+from tests.e2e.steps import login, send, wait_connected
 
 pytestmark = pytest.mark.browser
 

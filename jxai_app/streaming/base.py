@@ -29,7 +29,7 @@ from httpx_sse import ServerSentEvent
 
 from jxai_app.errors import ConfigurationError
 from jxai_app.streaming.events import DoneEvent, ErrorEvent, StreamEvent
-from jxai_app.streaming.fault import MAX_ERROR_BODY, UpstreamFault, http_fault
+from jxai_app.streaming.fault import MAX_ERROR_BODY, UpstreamFault, http_fault, secret_values
 from jxai_app.streaming.sse import SSEReader, is_complete_object
 
 logger = logging.getLogger(__name__)
@@ -238,9 +238,11 @@ class BaseChatClient:
             return
         guard = Guard(signal)
         batches: AsyncIterator[Sequence[StreamEvent]] | None = None
+        secrets: tuple[str, ...] = ()  # the request's credentials, never echoed in an error
         try:
             guard.start()
             prepared = await self._prepare(messages, list(tools or ()), system_prompt or "", guard)
+            secrets = secret_values(prepared.headers)
             if guard.cancelled:
                 raise Cancelled()
             batches = self._exchange(prepared, guard)
@@ -259,7 +261,7 @@ class BaseChatClient:
                 raise
             yield _CANCELLED
         except UpstreamFault as fault:
-            yield _CANCELLED if guard.cancelled else fault.to_event()
+            yield _CANCELLED if guard.cancelled else fault.to_event(secrets)
         except httpx.TimeoutException as exc:
             yield _CANCELLED if guard.cancelled else _timeout_event(exc, self.timeouts)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:

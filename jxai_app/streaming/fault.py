@@ -17,7 +17,7 @@ import html
 import json
 import re
 from http import HTTPStatus
-from typing import Any, Final, Mapping
+from typing import Any, Final, Mapping, Sequence
 
 from jxai_app.problems import problem, problem_for_status
 from jxai_app.streaming.events import ErrorEvent
@@ -47,11 +47,45 @@ class UpstreamFault(Exception):
         self.slug = slug
         self.status = status
 
-    def to_event(self) -> ErrorEvent:
-        """The ``error`` event for this fault, with its problem document (``detail`` = message)."""
-        doc = problem_for_status(self.status, self.message) if self.status is not None else problem(
-            self.slug, self.message)
-        return ErrorEvent(message=self.message, code=self.code, problem=doc)
+    def to_event(self, secrets: Sequence[str] = ()) -> ErrorEvent:
+        """The ``error`` event for this fault, with its problem document (``detail`` = message).
+
+        Args:
+            secrets: credential values the request carried (:func:`secret_values`); each is
+                replaced by ``[redacted]`` in the message and code, so a provider that echoes
+                the ``Authorization`` header in its error body never hands the key to a
+                browser, a database row or a log (SPEC §3, issue 6 item 8).
+        """
+        message, code = redact(self.message, secrets), redact(self.code, secrets)
+        doc = problem_for_status(self.status, message) if self.status is not None else problem(self.slug, message)
+        return ErrorEvent(message=message, code=code, problem=doc)
+
+
+_SECRET_HEADER_WORDS: Final[tuple[str, ...]] = ("authorization", "key", "token", "secret")
+"""A request header whose lower-cased name contains one of these carries a credential."""
+_MIN_SECRET: Final[int] = 8
+"""Shorter values are not redacted (they would mangle ordinary words)."""
+
+
+def secret_values(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The credential values among a request's ``headers``, longest first: each such header's
+    whole value and, for ``<scheme> <credentials>`` values (``Bearer sk-…``), the credentials."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if not isinstance(value, str) or not any(word in name.lower() for word in _SECRET_HEADER_WORDS):
+            continue
+        value = value.strip()
+        found.add(value)
+        found.add(value.partition(" ")[2].strip())
+    return tuple(sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True))
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "[redacted]")
+    return text
 
 
 def provider_error_fault(error: Any) -> UpstreamFault:

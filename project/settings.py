@@ -149,7 +149,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -170,16 +170,23 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Every handler gets the redaction filter: no credential (Authorization / x-api-key header
+# values, Bearer tokens, sk-… keys, values of *_KEY/*_TOKEN/*_SECRET variables) reaches the
+# log, even with DJANGO_LOG_LEVEL=DEBUG and httpx/httpcore tracing (jxai_app.logsafety).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"redact_secrets": {"()": "jxai_app.logsafety.RedactSecretsFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
 }
 
 # --- jxai (read only through jxai_app.conf) -------------------------------------------
 JXAI_CANCEL_ON_DISCONNECT = env_bool("JXAI_CANCEL_ON_DISCONNECT", False)
 JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
+# A tool without a ToolPolicy row is offered to every user when on; off makes every tool
+# opt-in through a policy row edited in admin (jxai_app.toolpolicy).
+JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider
 # variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,

@@ -239,7 +239,7 @@ def test_static_files_are_served_by_the_app_with_debug_off(user: Any, tmp_path: 
             assert body == (STATIC_SOURCE / name).read_bytes()
             assert "max-age=315360000" in response["Cache-Control"]
         # chat.js imports its modules by relative name; the unhashed copies are served too.
-        for module in ("render.js", "socket.js"):
+        for module in ("render.js", "socket.js", "transcript.js"):
             response = client.get(f"/static/jxai_app/{module}")
             assert response.status_code == 200
             assert response["Content-Type"].startswith("text/javascript")

@@ -4,13 +4,10 @@
 // Talks only the websocket protocol of notes/ws-protocol.md. Starting data comes from the
 // server through json_script (#jxai-initial); there is no inline script (CSP).
 
-import {
-  assistantMessage, el, fillAssistant, partsOf, renderMarkdown, setCardArguments, setCardName,
-  setCardResult, setCardState, setNote, setReasoning, toolCard, userMessage,
-} from "./render.js";
+import { el } from "./render.js";
 import { Connection, TurnSequencer } from "./socket.js";
+import { Transcript } from "./transcript.js";
 
-const STOPPED_NOTE = "Stopped. This partial answer was not saved.";
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -31,13 +28,16 @@ const state = {
   stopping: false,
   turnPending: false,         // sent, and no event of the new turn seen yet
   modelShownFor: undefined,   // the conversation whose model the picker last showed
-  live: new Map(),            // messageId -> {node, text, reasoning, cards: Map} of the running turn
-  lastLive: null,
-  renderQueued: new Set(),
+  adoptable: new Set(),       // conversations first seen while a new-chat send was pending
 };
 
+const transcript = new Transcript(ui.transcript, ui.empty, {
+  onTurnError: (message) => showError(message, { retry: true }),
+  onTurnEnd: (event) => turnEnded(event),
+});
+
 const sequencer = new TurnSequencer({
-  apply: (item) => applyItem(item),
+  apply: (item) => transcript.applyItem(item),
   requestResync: (turnId, afterSeq) =>
     connection.send({ type: "resync", conversationId: state.currentId, turnId, afterSeq }),
 });
@@ -74,7 +74,7 @@ function handleFrame(frame) {
       break;
     case "message_saved":
       if (adoptNewConversation(frame.conversationId) || frame.conversationId === state.currentId) {
-        applySavedMessage(frame.message);
+        transcript.applySaved(frame.message);
       }
       break;
     case "conversation":
@@ -94,10 +94,16 @@ function handleFrame(frame) {
   }
 }
 
-/** A send without a conversation id learns its new id from the first frame naming one. */
+/**
+ * A send without a conversation id learns its new id from the first frame naming a
+ * conversation this tab did not know (notices about the user's other conversations, sent to
+ * every tab, name known ones).
+ */
 function adoptNewConversation(conversationId) {
   if (!state.awaitingNew || !conversationId || state.currentId) return false;
+  if (state.conversations.has(conversationId) && !state.adoptable.has(conversationId)) return false;
   state.awaitingNew = false;
+  state.adoptable.clear();
   state.currentId = conversationId;
   history.pushState({ conversationId }, "", `/c/${conversationId}`);
   renderList();
@@ -107,8 +113,8 @@ function adoptNewConversation(conversationId) {
 function applySnapshot(frame) {
   const conversation = frame.conversation;
   if (conversation) upsertConversation(conversation);
-  clearTranscript();
-  for (const message of frame.messages || []) applySavedMessage(message);
+  transcript.clear();
+  for (const message of frame.messages || []) transcript.applySaved(message);
   const turn = frame.turn;
   if (turn && sequencer.accepts(turn.turnId)) {
     sequencer.reset(turn.turnId, 0);
@@ -121,258 +127,16 @@ function applySnapshot(frame) {
   if (conversation && conversation.status === "error" && conversation.lastError) {
     showError(conversation.lastError.message || "The last answer failed.", { retry: true });
   }
-  scrollToEnd(true);
+  transcript.scrollToEnd(true);
 }
 
-function applySavedMessage(message) {
-  if (!message || message.id == null) return;
-  if (message.role === "user") {
-    const existing = findMessage(message.id);
-    if (existing) return;
-    const pending = ui.transcript.querySelector(".message.user.pending");
-    if (pending) {
-      pending.classList.remove("pending");
-      pending.dataset.messageId = String(message.id);
-      placeMessage(pending);
-    } else {
-      placeMessage(userMessage(message));
-    }
-  } else if (message.role === "assistant") {
-    const live = state.live.get(String(message.id));
-    const node = live ? live.node : findMessage(message.id) || assistantMessage(message.id);
-    if (live) live.saved = true;
-    fillAssistant(node, message);
-    placeMessage(node);
-    hideIfEmpty(node);
-  } else if (message.role === "tool" && message.toolCallId) {
-    const card = findCard(message.toolCallId);
-    if (card && card.dataset.state !== "success" && card.dataset.state !== "failure") {
-      let result = message.content;
-      try {
-        result = JSON.parse(message.content);
-      } catch {
-        /* plain text result */
-      }
-      const success = result && typeof result === "object" && "success" in result ? Boolean(result.success) : null;
-      setCardResult(card, result, success);
-    }
-  }
-  updateEmptyState();
-  scrollToEnd(false);
-}
-
-// ---------------------------------------------------------------------------------------
-// Turn events (items of `events`, `replay` and snapshot turns)
-
-function liveFor(messageId) {
-  const key = messageId == null ? state.lastLive && state.lastLive.key : String(messageId);
-  if (key && state.live.has(key)) return state.live.get(key);
-  let node = key ? findMessage(key) : null;
-  if (node) {
-    // A saved copy (e.g. the snapshot's placeholder as of its last flush) is rebuilt from
-    // the turn's events, which hold everything from the start.
-    const parts = partsOf(node);
-    parts.body.replaceChildren();
-    parts.calls.replaceChildren();
-    setReasoning(node, "", false);
-    setNote(node, "");
-  } else {
-    node = assistantMessage(key);
-    placeMessage(node);
-  }
-  node.classList.add("streaming");
-  node.setAttribute("aria-busy", "true");
-  const live = { key, node, text: "", reasoning: "", cards: new Map(), saved: false };
-  if (key) state.live.set(key, live);
-  state.lastLive = live;
-  updateEmptyState();
-  return live;
-}
-
-function applyItem(item) {
-  const event = item.event || {};
-  switch (event.type) {
-    case "round_start":
-      break;
-    case "delta": {
-      const live = liveFor(item.messageId);
-      live.text += event.content || "";
-      queueRender(live);
-      break;
-    }
-    case "reasoning": {
-      const live = liveFor(item.messageId);
-      live.reasoning += event.content || "";
-      setReasoning(live.node, live.reasoning, true);
-      break;
-    }
-    case "tool_call_start": {
-      const live = liveFor(item.messageId);
-      const card = toolCard(event.id, event.name);
-      live.cards.set(event.id, card);
-      partsOf(live.node).calls.append(card);
-      break;
-    }
-    case "tool_call_delta": {
-      const card = findCard(event.id);
-      if (card) setCardArguments(card, (card.dataset.args || "") + (event.args || ""), false);
-      break;
-    }
-    case "tool_call_end": {
-      const card = findCard(event.id);
-      if (card) {
-        setCardArguments(card, card.dataset.args || "", true);
-        setCardState(card, "pending");
-      }
-      break;
-    }
-    case "tool_start": {
-      let card = findCard(event.callId);
-      if (!card) {
-        card = toolCard(event.callId, event.name);
-        partsOf(liveFor(item.messageId).node).calls.append(card);
-      }
-      setCardName(card, event.name);
-      setCardArguments(card, event.arguments || "", true);
-      setCardState(card, "running");
-      break;
-    }
-    case "tool_result": {
-      const card = findCard(event.callId);
-      if (card) setCardResult(card, event.result, event.success);
-      break;
-    }
-    case "done":
-      finishRound(item.messageId, event.stopReason);
-      break;
-    case "error":
-      finishRound(item.messageId, "error");
-      showError(event.message || "The model failed to answer.", { retry: true });
-      break;
-    case "round_end":
-      break;
-    case "turn_end":
-      endTurn(event);
-      break;
-    default:
-      break; // usage and future event types: nothing to draw (tokens come with `conversation`)
-  }
-  scrollToEnd(false);
-}
-
-function queueRender(live) {
-  if (state.renderQueued.has(live)) return;
-  state.renderQueued.add(live);
-  requestAnimationFrame(() => {
-    state.renderQueued.delete(live);
-    const { body } = partsOf(live.node);
-    renderMarkdown(body, live.text);
-    body.hidden = !live.text;
-    scrollToEnd(false);
-  });
-}
-
-function finishRound(messageId, stopReason) {
-  const key = messageId == null ? state.lastLive && state.lastLive.key : String(messageId);
-  const live = key ? state.live.get(key) : state.lastLive;
-  if (!live) return;
-  for (const card of live.cards.values()) {
-    if (card.dataset.state === "streaming") setCardState(card, "pending");
-  }
-  if (stopReason === "cancelled") setNote(live.node, STOPPED_NOTE, "stopped");
-  else if (stopReason === "error") {
-    live.node.classList.add("failed");
-    setNote(live.node, "This answer failed and was not saved.", "error");
-  } else if (stopReason === "length") setNote(live.node, "The answer was cut off (length limit).", "warning");
-  else if (stopReason === "content_filter") setNote(live.node, "The provider filtered this answer.", "warning");
-}
-
-function endTurn(event) {
-  for (const live of state.live.values()) {
-    if (live.text) {
-      const { body } = partsOf(live.node);
-      renderMarkdown(body, live.text);
-      body.hidden = false;
-    }
-    live.node.classList.remove("streaming");
-    live.node.removeAttribute("aria-busy");
-    if (live.reasoning) setReasoning(live.node, live.reasoning, false);
-    for (const card of live.cards.values()) {
-      if (card.dataset.state !== "success" && card.dataset.state !== "failure") setCardState(card, "failure");
-    }
-    hideIfEmpty(live.node);
-  }
-  const last = state.lastLive;
+/** The turn is over (its `turn_end` was applied to the transcript). */
+function turnEnded(event) {
   const outcome = event.outcome;
-  if (outcome === "cancelled") {
-    // The partial answer (if any) stays on screen, marked; the server dropped it.
-    if (last && !partsOf(last.node).note.textContent) setNote(last.node, STOPPED_NOTE, "stopped");
-  } else if (outcome === "error") {
-    if (ui.error.hidden) showError(event.message || "The model failed to answer.", { retry: true });
-  } else if ((outcome === "empty" || outcome === "cap_failed") && event.message) {
-    const node = last ? last.node : assistantMessage(null);
-    if (!last) placeMessage(node);
-    node.hidden = false;
-    setNote(node, event.message, "warning");
-  }
-  state.live.clear();
-  state.lastLive = null;
+  if (outcome === "error" && ui.error.hidden) showError(event.message || "The model failed to answer.", { retry: true });
   sequencer.finish();
   setStreaming(false);
   announce(outcome === "complete" || outcome === "cap_partial" ? "Answer complete." : event.message || "");
-}
-
-// ---------------------------------------------------------------------------------------
-// Transcript helpers
-
-function findMessage(id) {
-  return ui.transcript.querySelector(`:scope > .message[data-message-id="${CSS.escape(String(id))}"]`);
-}
-
-function findCard(callId) {
-  if (!callId) return null;
-  return ui.transcript.querySelector(`.tool-call[data-call-id="${CSS.escape(callId)}"]`);
-}
-
-/** Keep the transcript in message id order; elements without an id go last. */
-function placeMessage(node) {
-  const id = Number(node.dataset.messageId);
-  if (!node.dataset.messageId || Number.isNaN(id)) {
-    if (node.parentNode !== ui.transcript) ui.transcript.append(node);
-    return;
-  }
-  for (const other of ui.transcript.querySelectorAll(":scope > .message")) {
-    if (other === node) continue;
-    const otherId = Number(other.dataset.messageId);
-    if (!other.dataset.messageId || Number.isNaN(otherId) || otherId > id) {
-      if (node.nextSibling !== other) ui.transcript.insertBefore(node, other);
-      return;
-    }
-  }
-  ui.transcript.append(node);
-}
-
-function hideIfEmpty(node) {
-  const { body, calls, reasoning, note } = partsOf(node);
-  node.hidden = body.hidden && !calls.children.length && reasoning.hidden && note.hidden
-    && !node.classList.contains("streaming");
-}
-
-function clearTranscript() {
-  for (const node of ui.transcript.querySelectorAll(":scope > .message")) node.remove();
-  state.live.clear();
-  state.lastLive = null;
-  updateEmptyState();
-}
-
-function updateEmptyState() {
-  ui.empty.hidden = Boolean(ui.transcript.querySelector(":scope > .message"));
-}
-
-function scrollToEnd(force) {
-  const box = ui.transcript;
-  const nearEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 120;
-  if (force || nearEnd) box.scrollTop = box.scrollHeight;
 }
 
 function announce(text) {
@@ -384,6 +148,8 @@ function announce(text) {
 
 function upsertConversation(conversation) {
   if (!conversation || !conversation.id) return;
+  const known = state.conversations.has(conversation.id);
+  if (!known && state.awaitingNew) state.adoptable.add(conversation.id);
   const previous = state.conversations.get(conversation.id) || {};
   state.conversations.set(conversation.id, { ...previous, ...conversation });
   adoptNewConversation(conversation.id);
@@ -391,7 +157,7 @@ function upsertConversation(conversation) {
   if (conversation.id === state.currentId) {
     renderHeader();
     if (conversation.status === "streaming") setStreaming(true);
-    else if (state.streaming && !state.turnPending && !state.live.size && !sequencer.turnId) setStreaming(false);
+    else if (state.streaming && !state.turnPending && !transcript.live.size && !sequencer.turnId) setStreaming(false);
     if (conversation.status === "error" && conversation.lastError && ui.error.hidden) {
       showError(conversation.lastError.message || "The last answer failed.", { retry: true });
     }
@@ -511,12 +277,8 @@ function sendMessage() {
   state.awaitingNew = state.currentId === null;
   state.turnPending = true;
   ui.composer.value = "";
-  const pending = userMessage({ id: null, content: text });
-  pending.classList.add("pending");
-  placeMessage(pending);
-  updateEmptyState();
+  transcript.addPending(text);
   setStreaming(true);
-  scrollToEnd(true);
 }
 
 function stopTurn() {
@@ -533,19 +295,7 @@ function retryTurn() {
     return;
   }
   hideError();
-  // The failed exchange (last user message and everything after it) is replaced by the retry.
-  const users = ui.transcript.querySelectorAll(":scope > .message.user");
-  const lastUser = users[users.length - 1];
-  if (lastUser) {
-    let node = lastUser.nextElementSibling;
-    while (node) {
-      const next = node.nextElementSibling;
-      if (node.classList.contains("message")) node.remove();
-      node = next;
-    }
-    lastUser.classList.add("pending");
-    delete lastUser.dataset.messageId;
-  }
+  transcript.dropLastExchange();
   state.turnPending = true;
   setStreaming(true);
 }
@@ -555,15 +305,11 @@ function handleErrorFrame(frame) {
   const text = problem.detail || frame.message || problem.title || "The server refused that.";
   if (frame.request === "send") {
     // Nothing is lost: the refused text goes back into the composer.
-    const pending = ui.transcript.querySelector(".message.user.pending");
-    if (pending) {
-      if (!ui.composer.value) ui.composer.value = pending.querySelector(".message-body").textContent;
-      pending.remove();
-    }
+    const text = transcript.takeBackPending();
+    if (text !== null && !ui.composer.value) ui.composer.value = text;
     state.awaitingNew = false;
     state.turnPending = false;
     setStreaming(false);
-    updateEmptyState();
   } else if (frame.request === "retry") {
     state.turnPending = false;
     setStreaming(false);
@@ -588,7 +334,7 @@ function startNewChat() {
   state.currentId = null;
   state.awaitingNew = false;
   sequencer.reset(null, 0);
-  clearTranscript();
+  transcript.clear();
   hideError();
   setStreaming(false);
   if (window.location.pathname !== "/") history.pushState({ conversationId: null }, "", "/");
@@ -602,7 +348,7 @@ function openConversation(conversationId, { push }) {
   state.currentId = conversationId;
   state.awaitingNew = false;
   sequencer.reset(null, 0);
-  clearTranscript();
+  transcript.clear();
   hideError();
   setStreaming(false);
   if (push) history.pushState({ conversationId }, "", `/c/${conversationId}`);
@@ -719,7 +465,7 @@ for (const conversation of initial.conversations || []) state.conversations.set(
 if (initial.conversation) state.conversations.set(initial.conversation.id, initial.conversation);
 renderList();
 renderHeader();
-updateEmptyState();
+transcript.updateEmptyState();
 setStreaming(false);
 connection.connect();
 ui.composer.focus();

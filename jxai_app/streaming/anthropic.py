@@ -76,8 +76,11 @@ class AnthropicNormaliser:
         self._cached: int | None = None
         self._output: int | None = None
 
-    def on_event(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event (its JSON ``type`` decides; the SSE event name is only a fallback)."""
+        out.extend(self._handle(sse))
+
+    def _handle(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
         if sse.event == "error":
             raise error_event_fault(sse.data)
         payload = parse_payload(sse.data, done_sentinel=False)

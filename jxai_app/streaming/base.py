@@ -97,12 +97,12 @@ class PreparedRequest:
 class Normaliser(Protocol):
     """One response's state machine from provider events to normalised events.
 
-    Each method returns the events to yield, in order; a provider failure is raised as
-    ``UpstreamFault`` (after the events already returned). A ``DoneEvent`` in the result
-    ends the stream.
+    ``on_event`` appends the events an SSE event gives to ``out`` (no list per event on the
+    hot path); ``on_eof`` and ``on_json`` return theirs. A provider failure is raised as
+    ``UpstreamFault`` after the events already produced. A ``DoneEvent`` ends the stream.
     """
 
-    def on_event(self, sse: ServerSentEvent) -> Sequence[StreamEvent]: ...
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None: ...
 
     def on_eof(self) -> Sequence[StreamEvent]: ...
 
@@ -246,9 +246,10 @@ class BaseChatClient:
             if guard.cancelled:
                 raise Cancelled()
             batches = self._exchange(prepared, guard)
+            is_set = signal.is_set if signal is not None else None
             async for batch in batches:
                 for event in batch:
-                    if guard.cancelled:
+                    if is_set is not None and is_set():
                         raise Cancelled()
                     yield event
                     if type(event) is DoneEvent or type(event) is ErrorEvent:
@@ -347,7 +348,7 @@ class BaseChatClient:
             batch: list[StreamEvent] = []
             try:
                 for sse in reader.feed(chunk):
-                    batch += on_event(sse)
+                    on_event(sse, batch)
             except UpstreamFault:
                 if batch:
                     yield batch
@@ -356,7 +357,9 @@ class BaseChatClient:
                 yield batch
         last = reader.close()
         if last is not None and is_complete_object(last.data):
-            yield on_event(last)
+            batch = []
+            on_event(last, batch)
+            yield batch
         yield normaliser.on_eof()
 
     @staticmethod

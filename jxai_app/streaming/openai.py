@@ -94,37 +94,40 @@ class OpenAINormaliser:
         self.finish: StopReason | None = None
         self.usage: UsageEvent | None = None
 
-    def on_event(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event: an ``error`` event, ``[DONE]``, noise, or a chunk object."""
+        data = sse.data
         if sse.event == "error":
-            raise error_event_fault(sse.data)
-        payload = parse_payload(sse.data)
+            raise error_event_fault(data)
+        payload = parse_payload(data)
         if payload is None:
-            return ()
+            return
         if payload is DONE:
-            return self._end()
-        return self._chunk(payload)  # type: ignore[arg-type]
+            self._end(out)
+        else:
+            self._chunk(payload, out)  # type: ignore[arg-type]
 
     def on_eof(self) -> Sequence[StreamEvent]:
         """End of body: ``done`` after a finish reason, else ``incomplete_stream``."""
         if self.finish is None:
             raise UpstreamFault("incomplete_stream",
                                 "The provider's stream ended before the answer was complete.")
-        return self._end()
-
-    def _end(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
+        self._end(out)
+        return out
+
+    def _end(self, out: list[StreamEvent]) -> None:
         self.calls.close_all(out)
         if self.usage is not None:
             out.append(self.usage)
         out.append(DoneEvent(stop_reason=self.finish or "stop"))
-        return out
 
-    def _chunk(self, chunk: dict[str, Any]) -> list[StreamEvent]:
+    def _chunk(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
+        """One ``chat.completion.chunk``: error member, usage, then ``choices[0]``'s delta
+        (text before reasoning, SC-7; then tool calls) and finish reason."""
         error = chunk.get("error")
         if error:
             raise provider_error_fault(error)
-        out: list[StreamEvent] = []
         usage = chunk.get("usage")
         if usage:
             mapped = map_usage(usage)
@@ -132,15 +135,20 @@ class OpenAINormaliser:
                 self.usage = mapped
         choices = chunk.get("choices")
         if not choices or type(choices) is not list:
-            return out
+            return
         choice = choices[0]
         if type(choice) is not dict:
-            return out
+            return
         delta = choice.get("delta")
-        if type(delta) is dict:
+        if type(delta) is not dict:
+            delta = None
+        elif delta:
             content = delta.get("content")
             if content and type(content) is str:
                 out.append(DeltaEvent(content=content))
+                if len(delta) == 1:  # the common text-only delta: nothing else to look for
+                    delta = None
+        if delta:
             reasoning = delta.get("reasoning_content")
             if reasoning is None:
                 reasoning = delta.get("reasoning")
@@ -159,7 +167,6 @@ class OpenAINormaliser:
                 if self.finish is None:
                     self.finish = mapped_reason
                 self.calls.close_all(out)
-        return out
 
     def _tool_calls(self, tool_calls: list[Any], out: list[StreamEvent]) -> None:
         single = len(tool_calls) == 1

@@ -42,7 +42,10 @@ class ProxyNormaliser:
 
     __slots__ = ()
 
-    def on_event(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
+        out.extend(self._handle(sse))
+
+    def _handle(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
         if sse.event == "error":
             raise error_event_fault(sse.data)
         payload = parse_payload(sse.data, done_sentinel=False)

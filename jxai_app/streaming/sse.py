@@ -38,6 +38,7 @@ DONE: Final[object] = object()
 """Sentinel returned by :func:`parse_payload` for the ``[DONE]`` data payload."""
 
 _BOM: Final[bytes] = b"\xef\xbb\xbf"
+_raw_decode = json.JSONDecoder().raw_decode  # json.loads without its two wrapper calls
 _WHITESPACE: Final[str] = " \t\r\n\x0b\x0c"
 
 
@@ -97,12 +98,23 @@ class SSEReader:
             self._size = 0
         events: list[ServerSentEvent] = []
         limit = self._max
-        for raw in lines:
+        decode = self._decoder.decode
+        for raw in lines:  # the two common lines inline; everything else through _line()
             if len(raw) > limit:
                 raise _too_long(limit)
-            event = self._line(raw.decode("utf-8", "replace"))
-            if event is not None:
-                events.append(event)
+            if not raw:
+                if self._dirty:
+                    self._dirty = False
+                    event = decode("")
+                    if event is not None and event.data:
+                        events.append(event)
+            elif raw[:5] == b"data:":
+                self._dirty = True
+                decode(raw.decode("utf-8", "replace"))
+            else:
+                event = self._line(raw.decode("utf-8", "replace"))
+                if event is not None:
+                    events.append(event)
         if tail is not None:
             self._keep(tail)
         return events
@@ -182,13 +194,18 @@ def parse_payload(data: str, *, done_sentinel: bool = True) -> dict[str, Any] | 
         UpstreamFault: code ``invalid_stream`` for JSON that is not an object, or text starting
             with ``{``/``[`` that does not parse.
     """
-    text = data.strip(_WHITESPACE)
-    if not text:
-        return None
+    if data[:1] == "{" and data[-1:] == "}":  # the common case: no surrounding whitespace
+        text = data
+    else:
+        text = data.strip(_WHITESPACE)
+        if not text:
+            return None
     first = text[0]
     if first == "{":
         try:
-            value = json.loads(text)
+            value, end = _raw_decode(text)
+            if end != len(text):
+                raise ValueError("trailing text")
         except ValueError:
             raise UpstreamFault("invalid_stream", "The provider sent an event whose data is not valid JSON.") from None
         if type(value) is dict:

@@ -139,9 +139,10 @@ class AnthropicNormaliser:
         kind = block.get("type")
         if kind in ("tool_use", "server_tool_use"):
             index = payload.get("index")
-            call_id = block.get("id") if type(block.get("id")) is str and block.get("id") else f"toolu_{index}"
+            given_id, given_name = block.get("id"), block.get("name")
+            call_id = given_id if isinstance(given_id, str) and given_id else f"toolu_{index}"
             self._tools[index] = call_id  # type: ignore[index]
-            name = block.get("name") if type(block.get("name")) is str else ""
+            name = given_name if isinstance(given_name, str) else ""
             out: list[StreamEvent] = [ToolCallStartEvent(id=call_id, name=name)]
             given = block.get("input")
             if type(given) is dict and given:  # input normally streams as input_json_delta

@@ -20,6 +20,7 @@ provider's SSE events (or a whole JSON body) into normalised events. Everything 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Final, Mapping, Protocol, Sequence, runtime_checkable
@@ -39,6 +40,9 @@ MAX_JSON_BODY: Final[int] = 16 * 1024 * 1024
 
 _CANCELLED: Final[DoneEvent] = DoneEvent(stop_reason="cancelled")
 
+_POLL: Final[float] = 0.02
+"""Seconds between looks at a signal whose ``wait()`` is not a coroutine (threading.Event)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClientTimeouts:
@@ -57,7 +61,10 @@ class ClientTimeouts:
 
 @runtime_checkable
 class Signal(Protocol):
-    """A cancel signal: ``asyncio.Event`` or anything with ``is_set()`` and ``wait()``."""
+    """A cancel signal: ``asyncio.Event`` or anything with ``is_set()`` and an async ``wait()``.
+
+    A ``threading.Event`` (set from another thread) also works: its blocking ``wait()`` is
+    never called; ``is_set()`` is polled every 20 ms instead."""
 
     def is_set(self) -> bool: ...
 
@@ -133,9 +140,14 @@ class Guard:
             self._task = asyncio.ensure_future(self._watch())
 
     async def _watch(self) -> None:
-        assert self.signal is not None
+        signal = self.signal
+        assert signal is not None
         try:
-            await self.signal.wait()
+            if inspect.iscoroutinefunction(signal.wait):
+                await signal.wait()
+            else:  # e.g. threading.Event, whose wait() would block the loop: poll instead
+                while not signal.is_set():
+                    await asyncio.sleep(_POLL)
         except Exception:  # a broken signal must not take the stream down
             logger.exception("cancel signal wait() failed")
             return
@@ -299,8 +311,9 @@ class BaseChatClient:
 
             async def trace(name: str, info: Mapping[str, Any]) -> None:
                 if first_byte is not None and name.endswith("receive_response_headers.started"):
-                    deadline[0] = loop.time() + first_byte
-                    guard.expire(deadline[0])
+                    when = loop.time() + first_byte
+                    deadline[0] = when
+                    guard.expire(when)
 
             request.extensions["trace"] = trace
             first_msg = f"The provider did not start answering within {first_byte:g} s." if first_byte else ""

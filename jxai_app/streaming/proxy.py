@@ -104,7 +104,7 @@ class ProxyChatClient(BaseChatClient):
         if self._resolving is None:
             self._resolving = asyncio.ensure_future(self._resolve())
         try:
-            url = await guard.wait(asyncio.shield(self._resolving), None, "")
+            url: str = await guard.wait(asyncio.shield(self._resolving), None, "")
         except ConfigurationError:
             self._resolving = None  # a later stream may try again
             raise

@@ -176,3 +176,19 @@ async def test_generated_ids_differ_between_calls(fake: FakeProvider) -> None:
     starts = [e["id"] for e in first + second if e["type"] == "tool_call_start"]
     assert [s.split("_")[1] for s in starts] == ["0", "1", "0", "1"]
     assert len(set(starts)) == 4
+
+
+async def test_threading_event_signal_set_from_another_thread(fake: FakeProvider) -> None:
+    """A thread-safe signal works too; its blocking wait() must never stall the loop."""
+    import threading
+
+    fake.add(Script(writes=TEXT_CHUNKS[:2], hold=True))
+    signal = threading.Event()
+    stream = openai(fake).stream_chat(USER, [], "sys", signal=signal)  # type: ignore[arg-type]
+    assert (await stream.__anext__()).to_dict() == {"type": "delta", "content": "alpha "}
+    timer = threading.Timer(0.1, signal.set)
+    timer.start()
+    started = time.perf_counter()
+    assert await stream.__anext__() == DoneEvent(stop_reason="cancelled")
+    assert time.perf_counter() - started < MARGIN
+    assert fake.wait_closed(2.0)

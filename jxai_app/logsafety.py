@@ -32,13 +32,12 @@ __all__ = ["REDACTED", "RedactSecretsFilter", "redact_text"]
 
 REDACTED: Final[str] = "[redacted]"
 
+_SEP: Final[str] = r"""(?P<sep>["']?\s*[:=]\s*(?-i:b)?["']?|["']\s*,\s*(?-i:b)?["'])"""
+"""Between a header name and its value: ``: ``, ``=``, ``': '``, ``', b'``."""
 _HEADER_VALUE: Final[re.Pattern[str]] = re.compile(
-    r"""(?ix)
-    (?P<name>\b(?:proxy-)?authorization|\b(?:x-provider-|x-)?api-key|\bset-cookie|\bcookie)
-    (?P<sep>["']?\s*[:=]\s*b?["']?|["']\s*,\s*b?["'])
-    (?P<value>[^"'\r\n,)}\]]+)
-    """
-)
+    r"(?i)(?P<name>\b(?:proxy-)?authorization|\b(?:x-provider-|x-)?api-key)" + _SEP + r"""(?P<value>[^"'\r\n,;&)}\]]+)""")
+_COOKIE_VALUE: Final[re.Pattern[str]] = re.compile(
+    r"(?i)(?P<name>\b(?:set-)?cookie)" + _SEP + r"""(?P<value>[^"'\r\n]+)""")  # a cookie header runs to its end
 _BEARER: Final[re.Pattern[str]] = re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=:-]{8,}")
 _KEY_SHAPED: Final[re.Pattern[str]] = re.compile(r"\b(?:sk-(?:ant-)?[A-Za-z0-9_-]{16,}|jxai_[A-Za-z0-9_-]{20,})")
 _SECRET_ENV_SUFFIXES: Final[tuple[str, ...]] = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
@@ -61,7 +60,8 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     for secret in _environment_secrets(os.environ if environ is None else environ):
         if secret in text:
             text = text.replace(secret, REDACTED)
-    text = _HEADER_VALUE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
+    for pattern in (_HEADER_VALUE, _COOKIE_VALUE):
+        text = pattern.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _KEY_SHAPED.sub(REDACTED, text)
 

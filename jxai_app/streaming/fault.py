@@ -68,15 +68,15 @@ _MIN_SECRET: Final[int] = 8
 
 
 def secret_values(headers: Mapping[str, str]) -> tuple[str, ...]:
-    """The credential values among a request's ``headers``, longest first: each such header's
-    whole value and, for ``<scheme> <credentials>`` values (``Bearer sk-…``), the credentials."""
+    """The credential values among a request's ``headers``, longest first: a header's value,
+    or for ``<scheme> <credentials>`` values (``Bearer sk-…``) the credentials alone, so an
+    echo reads ``Bearer [redacted]``."""
     found: set[str] = set()
     for name, value in headers.items():
         if not isinstance(value, str) or not any(word in name.lower() for word in _SECRET_HEADER_WORDS):
             continue
-        value = value.strip()
-        found.add(value)
-        found.add(value.partition(" ")[2].strip())
+        scheme, _, credentials = value.strip().partition(" ")
+        found.add(credentials.strip() or scheme)
     return tuple(sorted((v for v in found if len(v) >= _MIN_SECRET), key=len, reverse=True))
 
 

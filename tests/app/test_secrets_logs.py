@@ -90,7 +90,7 @@ async def test_a_401_echoing_the_key_through_stream_chat(openai_env: FakeProvide
     error = events[0]
     wire = json.dumps(error.to_dict())
     assert SENTINEL not in wire
-    assert error.message == f"Incorrect API key provided: {REDACTED}" and error.code == "401"
+    assert error.message == f"Incorrect API key provided: Bearer {REDACTED}" and error.code == "401"
     assert error.problem is not None and error.problem["detail"] == error.message
     _assert_no_key_in_logs(capture, SENTINEL)
     # httpcore really printed the echoing response headers, redacted.
@@ -104,7 +104,7 @@ async def test_an_error_inside_a_200_stream_quoting_the_key(openai_env: FakeProv
     openai_env.handler = _echo_in_stream
     events = await _stream()
     assert [e.type for e in events] == ["error"]
-    assert events[0].message == f"key {REDACTED} has no quota" and events[0].code == "insufficient_quota"
+    assert events[0].message == f"key Bearer {REDACTED} has no quota" and events[0].code == "insufficient_quota"
     _assert_no_key_in_logs(capture, SENTINEL)
 
 
@@ -141,7 +141,7 @@ async def test_the_sse_endpoint_never_returns_or_logs_the_key(openai_env: FakePr
     assert openai_env.requests, "the provider was called"
     assert SENTINEL.encode() not in body
     frames = [json.loads(block[len("data: "):]) for block in body.decode().strip().split("\n\n")]
-    assert frames[-1]["type"] == "error" and frames[-1]["message"] == f"Incorrect API key provided: {REDACTED}"
+    assert frames[-1]["type"] == "error" and frames[-1]["message"] == f"Incorrect API key provided: Bearer {REDACTED}"
     assert SENTINEL not in "".join(f"{k}: {v}" for k, v in response.items())
     models = await client.get("/ai/models")
     assert models.status_code == 200 and SENTINEL.encode() not in models.content

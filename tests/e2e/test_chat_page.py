@@ -296,6 +296,10 @@ def test_narrow_screen(open_page: Any, make_user: Any) -> None:
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390                                              # no sideways scrolling
+    page.keyboard.press("Escape")                                    # Escape folds it again
+    link.wait_for(state="hidden")
+    assert page.evaluate("document.activeElement.getAttribute('aria-controls')") == "sidebar"
+    toggle.click()
     link.click()
     link.wait_for(state="hidden")                                    # picking one folds the list
     screenshot(tab, "narrow.png")

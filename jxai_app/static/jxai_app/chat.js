@@ -425,6 +425,16 @@ ui.newChat.addEventListener("click", () => {
 ui.toggle.addEventListener("click", () => {
   const open = ui.app.classList.toggle("sidebar-open");
   ui.toggle.setAttribute("aria-expanded", String(open));
+  if (open) ui.newChat.focus();
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && ui.app.classList.contains("sidebar-open")) {
+    closeSidebar();
+    ui.toggle.focus();
+  }
+});
+ui.transcript.closest(".main").addEventListener("click", (event) => {
+  if (ui.app.classList.contains("sidebar-open") && !ui.toggle.contains(event.target)) closeSidebar();
 });
 ui.list.addEventListener("click", (event) => {
   const link = event.target.closest("a[data-conversation-id]");

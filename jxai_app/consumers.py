@@ -28,6 +28,7 @@ from jxai_app import conf
 from jxai_app.errors import ProblemError
 from jxai_app.problems import problem
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
+from jxai_app.turns.names import user_group
 from jxai_app.turns.session import Session, error_frame
 
 __all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
@@ -118,10 +119,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.hub = self.get_hub()
         self.session = Session(hub=self.hub, user=user, send=self._send_frame, join_group=self._join,
                                leave_group=self._leave)
-        from jxai_app.turns.names import user_group
-
-        self._user_group = user_group(user.pk)
-        await self.channel_layer.group_add(self._user_group, self.channel_name)
+        self._user_group = user_group(user.pk) if self.hub.fanout else None
+        if self._user_group is not None:
+            await self.channel_layer.group_add(self._user_group, self.channel_name)
         self.session.start()
 
     async def disconnect(self, code: int) -> None:
@@ -129,7 +129,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if session is None:
             return
         await session.close()
-        await self.channel_layer.group_discard(self._user_group, self.channel_name)
+        if self._user_group is not None:
+            await self.channel_layer.group_discard(self._user_group, self.channel_name)
 
     async def _send_frame(self, frame: dict[str, Any]) -> None:
         if self.session is not None:

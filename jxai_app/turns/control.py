@@ -147,7 +147,7 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
         hub=hub, user=user, turn=begun.turn, user_message=begun.user_message, history=begun.history,
         context_window=begun.model.context_window, tools=tool_view(user, begun.model),
         client_factory=lambda: conf.build_client(alias), system_prompt=conf.get_system_prompt(),
-        policy=conf.get_agent_policy(),
+        policy=conf.get_agent_policy(), conversation=begun.conversation,
     )
     if origin is not None:
         origin.adopt(begun.turn.conversation_id, runner.turn_id)

@@ -13,6 +13,12 @@ One :class:`TurnHub` per worker process (per event loop: :func:`get_hub`). It ho
 Frames cross workers through the layer group of the conversation (``jxai.frames`` with
 this hub's ``worker_id`` as ``origin``; a socket ignores frames of its own origin, which it
 already got directly). See :mod:`jxai_app.turns.names` for every name and message.
+
+With Channels' in-memory layer (the embedded default) no other process can share the
+layer, so by default the hub sends nothing through it (``fanout`` off): everything is
+delivered directly. That saves a deep copy per message and follower, and avoids the
+in-memory layer's habit of dropping a channel from all its groups once one of its
+messages expires. Tests that play two workers in one process turn ``fanout`` on.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Awaitable, Protocol
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from jxai_app.turns import names
 
@@ -77,11 +83,19 @@ class TurnHub:
         worker_id: a unique id for this hub (default: random); frames carry it as ``origin``.
         batch_interval: seconds a runner gathers frames before one layer message.
         reply_timeout: seconds to wait for a runner elsewhere to answer.
+        fanout: send frames and control messages through the layer; ``None``: only when
+            the layer can reach other processes (not Channels' in-memory layer).
     """
 
     def __init__(self, *, layer_alias: str = "default", worker_id: str | None = None,
-                 batch_interval: float = 0.05, reply_timeout: float = REPLY_TIMEOUT_SECONDS) -> None:
+                 batch_interval: float = 0.05, reply_timeout: float = REPLY_TIMEOUT_SECONDS,
+                 fanout: bool | None = None) -> None:
         self.layer_alias = layer_alias
+        if fanout is None:
+            layer = get_channel_layer(layer_alias)
+            fanout = layer is not None and not isinstance(layer, InMemoryChannelLayer)
+        self.fanout = fanout
+        """True when frames and control messages go through the channel layer."""
         self.worker_id = worker_id or uuid.uuid4().hex
         self.batch_interval = batch_interval
         self.reply_timeout = reply_timeout
@@ -96,8 +110,8 @@ class TurnHub:
 
     @property
     def layer(self) -> Any:
-        """The channel layer (``None`` when none is configured)."""
-        return get_channel_layer(self.layer_alias)
+        """The channel layer, or ``None`` when none is configured or ``fanout`` is off."""
+        return get_channel_layer(self.layer_alias) if self.fanout else None
 
     # ------------------------------------------------------------------ runners and tasks
     def runner(self, conversation_id: uuid.UUID) -> TurnRunner | None:
@@ -188,16 +202,10 @@ class TurnHub:
             if not sockets:
                 del self._user_sockets[user_pk]
 
-    def push_local(self, conversation_id: uuid.UUID, frame: dict[str, Any], *, user_pk: Any = None) -> None:
-        """Deliver ``frame`` to this process's followers of the conversation, and when
-        ``user_pk`` is given also to that user's other sockets here (list notices)."""
-        followers = self._followers.get(conversation_id, ())
-        for follower in list(followers):
+    def push_local(self, conversation_id: uuid.UUID, frame: dict[str, Any]) -> None:
+        """Deliver ``frame`` to this process's followers of the conversation, in call order."""
+        for follower in list(self._followers.get(conversation_id, ())):
             follower.deliver(frame)
-        if user_pk is not None:
-            for follower in list(self._user_sockets.get(user_pk, ())):
-                if follower not in followers:
-                    follower.deliver(frame)
 
     # ------------------------------------------------------------------ layer
     async def group_frames(self, group: str, conversation_id: uuid.UUID, frames: list[dict[str, Any]],
@@ -292,13 +300,11 @@ class TurnHub:
         """The running turn's events after ``after_seq``: from the local runner at once
         (and, atomically with reading it, ``follower`` starts following), else by asking
         the runner on another worker; ``None`` when no runner answered."""
-        runner = self._runners.get(conversation_id)
-        if runner is not None:
-            if follower is not None:
-                self.follow(conversation_id, follower)
-            return runner.state(after_seq)
         if follower is not None:
             self.follow(conversation_id, follower)
+        runner = self._runners.get(conversation_id)
+        if runner is not None:
+            return runner.state(after_seq)
         answer = await self.ask_runner(conversation_id, {"type": names.REPLAY, "afterSeq": after_seq})
         return None if answer is None else TurnState.from_message(answer)
 

@@ -92,17 +92,22 @@ class TurnRunner:
         client_factory: builds the model's streaming client (may raise; the turn then
             ends with an ``error`` event).
         system_prompt, policy: as ``run_turn`` takes them.
+        conversation: the conversation as saved by the send (protocol dict), announced
+            first without reading it again (``None``: read from the database).
     """
 
     def __init__(self, *, hub: TurnHub, user: Any, turn: TurnStart, user_message: dict[str, Any],
                  history: list[dict[str, Any]], context_window: int | None, tools: Any,
-                 client_factory: Callable[[], Any], system_prompt: str, policy: AgentPolicy) -> None:
+                 client_factory: Callable[[], Any], system_prompt: str, policy: AgentPolicy,
+                 conversation: dict[str, Any] | None = None) -> None:
         self.hub = hub
         self.user = user
         self.turn = turn
         self.conversation_id: uuid.UUID = turn.conversation_id
+        self._cid = str(turn.conversation_id)
         self.turn_id = str(turn.turn_id)
         self.user_message = user_message
+        self._conversation = conversation
         self.signal = asyncio.Event()
         self.log = ReplayLog()
         self.finished = asyncio.Event()
@@ -159,17 +164,19 @@ class TurnRunner:
     # ------------------------------------------------------------------ publishing
     def _publish(self, frame: dict[str, Any]) -> None:
         self.hub.push_local(self.conversation_id, frame)
-        self._batch.append(frame)
-        self._batch_ready.set()
+        if self.hub.fanout:
+            self._batch.append(frame)
+            self._batch_ready.set()
 
     def _publish_event(self, event: dict[str, Any]) -> None:
         seq = self.log.last_seq + 1
         self.log.append(seq, self._message_id, event)
-        self._publish({"type": "events", "conversationId": str(self.conversation_id), "turnId": self.turn_id,
+        self._publish({"type": "events", "conversationId": self._cid, "turnId": self.turn_id,
                        "items": [{"seq": seq, "messageId": self._message_id, "event": event}]})
 
-    async def _publish_conversation(self) -> None:
-        data = await database_sync_to_async(_read_conversation)(self.conversation_id)
+    async def _publish_conversation(self, data: dict[str, Any] | None = None) -> None:
+        if data is None:
+            data = await database_sync_to_async(_read_conversation)(self.conversation_id)
         if data is not None:
             frame = {"type": "conversation", "conversation": data}
             self._publish(frame)  # in order with the events, for the followers
@@ -180,7 +187,7 @@ class TurnRunner:
             return
         data = await database_sync_to_async(_read_message)(pk)
         if data is not None:
-            self._publish({"type": "message_saved", "conversationId": str(self.conversation_id), "message": data})
+            self._publish({"type": "message_saved", "conversationId": self._cid, "message": data})
 
     @staticmethod
     def _merge(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -232,6 +239,7 @@ class TurnRunner:
             logger.exception("turn %s: cannot leave its control group", self.turn_id)
 
     async def _control(self) -> None:
+        await self._open_control()
         layer, channel = self.hub.layer, self._control_channel
         if layer is None or channel is None:
             return
@@ -288,7 +296,7 @@ class TurnRunner:
             except asyncio.TimeoutError:
                 pass
             self._flush_wanted.clear()
-            if self.finished.is_set() or self._lost or self._recorder.ended:
+            if self.finished.is_set() or self._lost or not self._recorder.flush_due:
                 continue
             try:
                 if not await self._write(self._recorder.flush):
@@ -304,12 +312,11 @@ class TurnRunner:
     async def _main(self) -> None:
         helpers: list[asyncio.Task[Any]] = []
         try:
-            await self._open_control()
             helpers = [asyncio.ensure_future(self._control()), asyncio.ensure_future(self._keep_flushed())]
-            batches = self.hub.spawn(self._send_batches(), name=f"jxai-turn-batches-{self.turn_id}")
-            await self._publish_conversation()
-            self._publish({"type": "message_saved", "conversationId": str(self.conversation_id),
-                           "message": self.user_message})
+            if self.hub.fanout:
+                self.hub.spawn(self._send_batches(), name=f"jxai-turn-batches-{self.turn_id}")
+            await self._publish_conversation(self._conversation)
+            self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()

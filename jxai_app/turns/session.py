@@ -227,7 +227,9 @@ class Session:
 
     async def _sync_group(self) -> None:
         """Make the socket's layer group membership match what it follows."""
-        wanted = None if self.following is None else names.conversation_group(self.following)
+        wanted = None
+        if self.following is not None and self.hub.fanout:
+            wanted = names.conversation_group(self.following)
         if wanted == self._group:
             return
         if self._group is not None:
@@ -312,7 +314,7 @@ class Session:
         if not self._resnapshot and self.following is not None:
             self._resnapshot = True
             cid = self.following
-            self._queue.put_nowait(("job", (None, str(cid), lambda: self._snapshot(cid, resync=True))))
+            self._queue.put_nowait(("job", (None, str(cid), lambda: self._snapshot(cid))))
 
     def _want_recovery(self, turn_id: str) -> None:
         if turn_id in self._recovering or self.following is None:
@@ -345,7 +347,7 @@ class Session:
             after = self._seqs.get(turn_id, 0)
             state = await self.hub.turn_state(conversation_id, after_seq=after)
             if state is None or state.turn_id != turn_id:
-                await self._snapshot(conversation_id, resync=True)
+                await self._snapshot(conversation_id)
                 return
             after = self._seqs.get(turn_id, after)
             fresh = [item for item in state.items if item["seq"] > after]
@@ -357,11 +359,15 @@ class Session:
             self._recovering.discard(turn_id)
 
     # ------------------------------------------------------------------ snapshot
-    async def _snapshot(self, conversation_id: uuid.UUID, *, resync: bool = False) -> None:
+    async def _snapshot(self, conversation_id: uuid.UUID | str) -> None:
         """Follow the conversation and send a ``snapshot`` consistent with the live frames
-        that follow it (see the module docstring for the rule)."""
+        that follow it (see the module docstring for the rule).
+
+        Raises:
+            ProblemError: ``not-found`` (checked before following anything).
+        """
         self._resnapshot = False
-        await database_sync_to_async(_owned)(self.user, conversation_id)  # not-found before following
+        conversation_id = await database_sync_to_async(_owned)(self.user, conversation_id)
         await self._switch(conversation_id)
         frame: dict[str, Any] | None = None
         for attempt in range(_SNAPSHOT_ATTEMPTS):
@@ -389,8 +395,7 @@ class Session:
     # ------------------------------------------------------------------ requests
     async def subscribe(self, conversation_id: str) -> None:
         """``subscribe``: follow the conversation; answered with a ``snapshot``."""
-        cid = await database_sync_to_async(_owned)(self.user, conversation_id)
-        await self._snapshot(cid)
+        await self._snapshot(conversation_id)
 
     async def resync(self, conversation_id: str, turn_id: str, after_seq: int) -> None:
         """``resync``: the events of ``turn_id`` after ``after_seq`` as a ``replay``; a
@@ -401,12 +406,11 @@ class Session:
         """
         cid = self.following
         if cid is None or str(cid) != conversation_id:
-            cid = await database_sync_to_async(_owned)(self.user, conversation_id)
-            await self._snapshot(cid)
+            await self._snapshot(conversation_id)
             return
         state = await self.hub.turn_state(cid, after_seq=after_seq)
         if state is None or state.turn_id != turn_id:
-            await self._snapshot(cid, resync=True)
+            await self._snapshot(cid)
             return
         self._emit({"type": "replay", "conversationId": str(cid), "turnId": turn_id, "items": state.items})
         if state.items:

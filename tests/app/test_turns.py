@@ -81,6 +81,7 @@ async def test_events_are_numbered_and_batched_through_the_layer(user: Any, fake
         await real_group_send(group, message)
 
     monkeypatch.setattr(layer, "group_send", counting)
+    hub.fanout = True  # also through the in-memory layer (the embedded default skips it)
     fake.add(text_script([f"d{i}" for i in range(500)], delay=0.0005))
     follower = Recorder()
     info = await start_turn(user=user, conversation_id=None, text="Stream.", origin=None, hub=hub)
@@ -166,8 +167,9 @@ def consumer_on(worker: TurnHub) -> type:
 
 
 @pytest.fixture
-async def worker_b() -> Any:
-    other = TurnHub(worker_id="worker-b", reply_timeout=0.5)
+async def worker_b(hub: TurnHub) -> Any:
+    hub.fanout = True  # the in-memory layer plays Redis between the two hubs
+    other = TurnHub(worker_id="worker-b", reply_timeout=0.5, fanout=True)
     yield other
     await other.shutdown(timeout=5)
 

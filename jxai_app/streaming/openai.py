@@ -157,8 +157,11 @@ class OpenAINormaliser:
             tool_calls = delta.get("tool_calls")
             if tool_calls and type(tool_calls) is list:
                 self._tool_calls(tool_calls, out)
-            legacy = delta.get("function_call")
-            if type(legacy) is dict:  # a legacy function call is a tool call at index 0
+            # A legacy function call is a tool call at index 0 — unless the same delta also
+            # carries ``tool_calls``: llama.cpp's server sends every fragment in both forms,
+            # and counting both would double the argument text.
+            legacy = None if tool_calls else delta.get("function_call")
+            if type(legacy) is dict:
                 self.calls.fragment(0, None, _text(legacy.get("name")), _arguments(legacy.get("arguments")), out)
         reason = choice.get("finish_reason")
         if reason is not None:
@@ -267,7 +270,7 @@ class OpenAIChatClient(BaseChatClient):
         headers.update(self.extra_headers)
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "system", "content": system_prompt}, *messages],
+            "messages": [{"role": "system", "content": system_prompt}, *map(_wire_message, messages)],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -277,9 +280,33 @@ class OpenAIChatClient(BaseChatClient):
             body["max_tokens"] = self.max_tokens
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = self.tool_choice
+            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
     def _normaliser(self) -> Normaliser:
         return OpenAINormaliser()
+
+
+def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An assistant message with ``tool_calls`` and ``content: null`` is sent without the
+    ``content`` key: OpenAI's chat completions reference makes ``content`` optional when
+    ``tool_calls`` is given, and llama.cpp's server answers HTTP 500 to a ``null`` one."""
+    if message.get("role") == "assistant" and message.get("content") is None and "content" in message \
+            and message.get("tool_calls"):
+        return {key: value for key, value in message.items() if key != "content"}
+    return message
+
+
+def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
+    """The ``tool_choice`` of one request (jxai's rule, not a provider's).
+
+    A forcing choice (``"required"`` or a named function, set on a model alias for small
+    models that never call a tool unprompted) applies only to the request that answers the
+    user, i.e. when the history ends with a ``user`` message; after tool results the request
+    says ``auto``, or a forced model would call the tool again after every result until the
+    round budget runs out. ``auto`` and ``none`` are sent as configured.
+    """
+    if configured in ("auto", "none") or not messages or messages[-1].get("role") == "user":
+        return configured
+    return "auto"

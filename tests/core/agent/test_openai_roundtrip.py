@@ -52,7 +52,9 @@ async def test_two_rounds_tool_call_then_answer_carry_wire_shaped_history() -> N
         {"id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]}
     reply = {"role": "tool", "tool_call_id": "call_abc",
              "content": '{"success":true,"data":{"city":"Oslo","temp_c":21}}'}
-    assert second["messages"][-3:] == [USER, call, reply]
+    # On the wire the null content of a tool-call turn is left out (llama.cpp's server 500s on it).
+    wire_call = {k: v for k, v in call.items() if k != "content"}
+    assert second["messages"][-3:] == [USER, wire_call, reply]
     assert second["messages"][:-3] == first["messages"][:-1]  # the system prompt, as the client sends it
     assert first["messages"][-1] == USER
     assert list(turn.end.appended) == [call, reply, {"role": "assistant", "content": "It is 21 °C."}]

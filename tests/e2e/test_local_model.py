@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,27 +90,12 @@ async def test_a_plain_chat_streams_text_and_ends_with_done(server: localmodel.L
     assert isinstance(events[-1], DoneEvent) and events[-1].stop_reason in ("stop", "length"), events[-1]
 
 
-class FirstRoundToolChoice:
-    """A client whose ``tool_choice`` is forced only on the round that answers the user.
-
-    llama.cpp calls a tool only when ``tool_choice`` names it (README); forcing it on every
-    round would call the tool again after each result, so later rounds go back to ``auto``.
-    """
-
-    def __init__(self, client: OpenAIChatClient, choice: Mapping[str, Any]) -> None:
-        self.client = client
-        self.choice = dict(choice)
-
-    def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
-                    system_prompt: str | None, *, signal: Any = None) -> AsyncIterator[StreamEvent]:
-        self.client.tool_choice = self.choice if messages and messages[-1].get("role") == "user" else "auto"
-        return self.client.stream_chat(messages, tools, system_prompt, signal=signal)
-
-
 async def test_a_forced_tool_call_runs_and_its_result_gets_an_answer(server: localmodel.LocalModelServer) -> None:
     stop = asyncio.Event()
     forced = {"type": "function", "function": {"name": "calculate"}}
-    client = FirstRoundToolChoice(local_client(server), forced)
+    # The client forces tool_choice only on the request answering the user (openai.py's
+    # _tool_choice_for): round 2, after the tool result, goes back to "auto".
+    client = local_client(server, tool_choice=forced)
     question = {"role": "user", "content": "What is 1234 * 5678? Use the calculator."}
 
     def context(call_id: str, name: str) -> ToolContext:

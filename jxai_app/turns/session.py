@@ -182,7 +182,10 @@ class Session:
                 elif kind == "group":
                     await self._sync_group()
                 else:
-                    self._route(kind, payload)
+                    try:
+                        self._route(kind, payload)
+                    except Exception:  # a malformed frame from the layer must not end the socket
+                        logger.exception("dropping a frame that cannot be routed: %.200r", payload)
             await self._flush()
 
     async def _flush(self) -> None:

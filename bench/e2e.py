@@ -1,0 +1,385 @@
+"""End-to-end websocket benchmark (issue 4 acceptance): a real daphne worker, a real
+websocket client, a fake provider on 127.0.0.1 streaming 500 deltas per answer.
+
+Measures, in one run:
+
+1. **Latency.** Median and p99 time to first and to last token seen by a websocket client
+   (``send`` frame out → first/last ``delta`` in), next to a plain httpx client reading the
+   same fake provider (request out → first/last content chunk in); prints the added time.
+   Targets: added time to first token p50 ≤ 3 ms, p99 ≤ 10 ms.
+2. **Load.** N concurrent streams (N = 50, 200, 500 by default) with 1,000 idle sockets open
+   beside them, the provider pacing its deltas like a real model (``--pace-ms``, default 20 ms
+   apart, so every stream of a round is active at the same time): completion, lost events (a missing, repeated or out-of-order seq, or delta
+   text that differs from what the provider sent), wall time, and the worker's peak
+   resident memory per active stream (sampled from ``/proc/<pid>/status``) and after the
+   streams ended. Targets: no lost event, ≤ 200 KiB per active stream, back to baseline.
+
+Processes: the fake provider (its own process, so it does not compete with the clients for
+the GIL), one daphne worker (``project.asgi:application``), and this script (the clients).
+The database is a scratch SQLite file unless ``DATABASE_URL`` is set; ``REDIS_URL`` selects
+the Redis layer as in production.
+
+Usage::
+
+    .venv/bin/python bench/e2e.py [--samples 100] [--deltas 500] [--streams 50,200,500]
+                                  [--idle 1000] [--pace-ms 20] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROVIDER_PROGRAM = """
+import sys
+sys.path.insert(0, {root!r})
+from tests.support.fake_provider import FakeProvider, Script, openai_text_stream
+parts = [f"t{{i}} " for i in range({deltas})]
+writes = openai_text_stream(parts, usage={{"prompt_tokens": 20, "completion_tokens": {deltas}}})
+
+def answer(request):
+    paced = isinstance(request.json, dict) and request.json.get("model") == "paced"
+    return Script(writes=writes, delay={pace} if paced else 0.0)
+
+fake = FakeProvider(handler=answer)
+fake._server.socket.listen(4096)  # socketserver listens with a backlog of 5: SYN drops under load
+fake.start()
+print(fake.url, flush=True)
+sys.stdin.read()
+fake.stop()
+"""
+
+
+def expected_text(deltas: int) -> str:
+    return "".join(f"t{i} " for i in range(deltas))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# --------------------------------------------------------------------------- setup
+def setup_django(database_url: str) -> None:
+    """Django in this process, on the worker's database and settings (sessions made here must
+    verify there: same secret key)."""
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["DJANGO_LOG_LEVEL"] = "WARNING"
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECRET_KEY", os.urandom(32).hex())
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def make_users(count: int, prefix: str) -> list[tuple[Any, str]]:
+    """``count`` users, each with a logged-in session: ``[(user, cookie header value)]``.
+
+    Every socket of the bench is its own user, as in real use (a user's conversation-list
+    notices go to all of that user's tabs)."""
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user_model = get_user_model()
+    password = make_password(None)  # unusable: these users log in by session only
+    users = user_model.objects.bulk_create([user_model(username=f"{prefix}-{i}", password=password)
+                                            for i in range(count)])
+    out = []
+    for user in users:
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        out.append((user, f"{settings.SESSION_COOKIE_NAME}={session.session_key}"))
+    return out
+
+
+def new_conversations(owners: list[Any], model: str = "bench") -> list[str]:
+    from jxai_app.models import Conversation
+
+    made = Conversation.objects.bulk_create([Conversation(owner=owner, model=model) for owner in owners])
+    return [str(c.pk) for c in made]
+
+
+def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"daphne exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("daphne did not start")
+
+
+# --------------------------------------------------------------------------- clients
+async def plain_read(url: str, client: Any) -> tuple[float, float]:
+    """Time to first and last content chunk reading the provider directly (seconds)."""
+    body = {"model": "fast", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    started = time.perf_counter()
+    first = last = 0.0
+    async with client.stream("POST", url + "/chat/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and '"content":"t' in line:
+                last = time.perf_counter()
+                if not first:
+                    first = last
+    return first - started, last - started
+
+
+@dataclass
+class Stream:
+    """One websocket turn's outcome."""
+
+    first: float = 0.0
+    last: float = 0.0
+    seqs: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    outcome: str | None = None
+
+    def lost(self, deltas: int) -> int:
+        problems = 0 if self.seqs == list(range(1, len(self.seqs) + 1)) else 1
+        text = "".join(self.text)
+        missing = 0 if text == expected_text(deltas) else max(1, deltas - len(self.text))
+        return problems + missing + (0 if self.outcome == "complete" else 1)
+
+
+async def connect(port: int, cookie: str) -> Any:
+    from websockets.asyncio.client import connect as ws_connect
+
+    return await ws_connect(f"ws://127.0.0.1:{port}/ws/chat/", origin=f"http://127.0.0.1:{port}",
+                            additional_headers={"Cookie": cookie}, proxy=None, max_size=None, compression=None,
+                            ping_interval=None, open_timeout=60)
+
+
+async def ws_turn(ws: Any, conversation_id: str, deltas: int, timeout: float = 120.0) -> Stream:
+    """Send one message and read the turn to its end; times are from the send."""
+    result = Stream()
+    started = time.perf_counter()
+    await ws.send(json.dumps({"type": "send", "conversationId": conversation_id, "text": "Count."}))
+    async with asyncio.timeout(timeout):
+        while result.outcome is None:
+            frame = json.loads(await ws.recv())
+            if frame["type"] == "error":
+                raise RuntimeError(f"refused: {frame}")
+            if frame["type"] != "events":
+                continue
+            now = time.perf_counter() - started
+            for item in frame["items"]:
+                result.seqs.append(item["seq"])
+                event = item["event"]
+                if event["type"] == "delta":
+                    result.text.append(event["content"])
+                    result.last = now
+                    if not result.first:
+                        result.first = now
+                elif event["type"] == "turn_end":
+                    result.outcome = event["outcome"]
+    return result
+
+
+class Sampler:
+    """Samples the worker's resident memory every 20 ms while running."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._task = pid, 0, None
+
+    async def _run(self) -> None:
+        while True:
+            self.peak = max(self.peak, rss_kib(self.pid))
+            await asyncio.sleep(0.02)
+
+    def __enter__(self) -> Sampler:
+        self.peak = rss_kib(self.pid)
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def settle_rss(pid: int, seconds: float = 2.0) -> int:
+    await asyncio.sleep(seconds)
+    return rss_kib(pid)
+
+
+# --------------------------------------------------------------------------- the run
+async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) -> dict[str, Any]:
+    import httpx
+    from asgiref.sync import sync_to_async
+
+    report: dict[str, Any] = {"deltas": args.deltas, "samples": args.samples, "pace_ms": args.pace_ms}
+    make = sync_to_async(new_conversations)
+    users = sync_to_async(make_users)
+    ((user, cookie),) = await users(1, "latency")
+
+    # warm-up (imports, first connections)
+    ws = await connect(port, cookie)
+    async with httpx.AsyncClient(timeout=60) as client:
+        for cid in await make([user] * 3):
+            await ws_turn(ws, cid, args.deltas)
+            await plain_read(provider_url, client)
+
+        # 1. latency, one stream at a time, the two clients alternating
+        plain: list[tuple[float, float]] = []
+        socket_times: list[tuple[float, float]] = []
+        lost = 0
+        for cid in await make([user] * args.samples):
+            plain.append(await plain_read(provider_url, client))
+            stream = await ws_turn(ws, cid, args.deltas)
+            lost += stream.lost(args.deltas)
+            socket_times.append((stream.first, stream.last))
+    await ws.close()
+
+    def ms(values: list[float]) -> dict[str, float]:
+        return {"p50": round(statistics.median(values) * 1000, 2), "p99": round(pct(values, 0.99) * 1000, 2)}
+
+    report["latency"] = {
+        "plain_first": ms([p[0] for p in plain]), "plain_last": ms([p[1] for p in plain]),
+        "ws_first": ms([s[0] for s in socket_times]), "ws_last": ms([s[1] for s in socket_times]),
+        "added_first": ms([s[0] - p[0] for s, p in zip(socket_times, plain)]),
+        "added_last": ms([s[1] - p[1] for s, p in zip(socket_times, plain)]),
+        "lost_events": lost,
+    }
+    print_latency(report["latency"], args.samples)
+
+    # 2. load: N concurrent streams beside idle sockets
+    idle = [await connect(port, idle_cookie) for _, idle_cookie in await users(args.idle, "idle")]
+    baseline = await settle_rss(pid)
+    report["baseline_rss_kib"] = baseline
+    report["idle_sockets"] = len(idle)
+    print(f"\n{len(idle)} idle sockets open; worker RSS {baseline / 1024:.1f} MiB; load streams paced "
+          f"{args.pace_ms:g} ms per delta ({args.deltas * args.pace_ms / 1000:g} s per answer)")
+    report["load"] = []
+    for count in args.streams:
+        active = await users(count, f"active{count}")
+        conversations = await make([u for u, _ in active], "paced")
+        sockets = await asyncio.gather(*(connect(port, c) for _, c in active))
+        before = await settle_rss(pid, 0.5)
+        with Sampler(pid) as sampler:
+            started = time.perf_counter()
+            results = await asyncio.gather(*(ws_turn(s, c, args.deltas, timeout=300) for s, c in
+                                             zip(sockets, conversations)), return_exceptions=True)
+            wall = time.perf_counter() - started
+        await asyncio.gather(*(s.close() for s in sockets))
+        after = await settle_rss(pid)
+        done = [r for r in results if isinstance(r, Stream)]
+        failures = [repr(r) for r in results if not isinstance(r, Stream)]
+        row = {
+            "streams": count, "completed": sum(1 for r in done if r.outcome == "complete"),
+            "lost_events": sum(r.lost(args.deltas) for r in done) + len(failures) * args.deltas,
+            "wall_s": round(wall, 2),
+            "first_token_ms_p50": round(statistics.median([r.first for r in done]) * 1000, 1) if done else None,
+            "last_token_ms_p50": round(statistics.median([r.last for r in done]) * 1000, 1) if done else None,
+            "peak_kib_per_stream": round((sampler.peak - before) / count, 1),
+            "rss_after_minus_baseline_kib": after - baseline,
+            "failures": failures[:3],
+        }
+        report["load"].append(row)
+        print(f"N={count:4d}: {row['completed']}/{count} complete, lost events {row['lost_events']}, "
+              f"wall {row['wall_s']} s, first token p50 {row['first_token_ms_p50']} ms, last token p50 "
+              f"{row['last_token_ms_p50']} ms, peak {row['peak_kib_per_stream']} KiB/stream, "
+              f"RSS after − baseline {row['rss_after_minus_baseline_kib'] / 1024:.1f} MiB")
+    await asyncio.gather(*(s.close() for s in idle))
+    report["final_rss_minus_baseline_kib"] = await settle_rss(pid) - baseline
+    print(f"after closing everything: RSS − baseline {report['final_rss_minus_baseline_kib'] / 1024:.1f} MiB")
+    return report
+
+
+def print_latency(lat: dict[str, Any], samples: int) -> None:
+    print(f"latency over {samples} sequential turns (ms)         p50      p99")
+    for key, label in [("plain_first", "plain httpx, first token"), ("ws_first", "websocket, first token"),
+                       ("added_first", "added, first token"), ("plain_last", "plain httpx, last token"),
+                       ("ws_last", "websocket, last token"), ("added_last", "added, last token")]:
+        print(f"  {label:<40} {lat[key]['p50']:8.2f} {lat[key]['p99']:8.2f}")
+    print(f"  lost events: {lat['lost_events']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=100)
+    parser.add_argument("--deltas", type=int, default=500)
+    parser.add_argument("--streams", type=lambda s: [int(x) for x in s.split(",")], default=[50, 200, 500])
+    parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--pace-ms", type=float, default=20.0, help="delay between deltas in the load phase")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="jxai-bench-"))
+    database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{scratch / 'bench.sqlite3'}"
+    provider = subprocess.Popen([sys.executable, "-c", PROVIDER_PROGRAM.format(root=str(ROOT), deltas=args.deltas, pace=args.pace_ms / 1000)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert provider.stdout is not None
+    provider_url = provider.stdout.readline().decode().strip()
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        setup_django(database_url)
+        port = free_port()
+        models = {"providers": {"fake": {"kind": "openai", "base_url": provider_url, "api_key_env": None}},
+                  "models": {"bench": {"provider": "fake", "model_id": "fast", "context_window": 1_000_000},
+                             "paced": {"provider": "fake", "model_id": "paced", "context_window": 1_000_000}}}
+        # the production profile (DEBUG off: no query log growing in memory), limits out of the way
+        env = dict(os.environ, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models),
+                   DJANGO_DEBUG="0", DJANGO_LOG_LEVEL="WARNING",
+                   JXAI_TURNS_PER_MINUTE=str(10**9), JXAI_TOKENS_PER_DAY=str(10**15))
+        env.pop("JXAI_MODELS_FILE", None)
+        server = subprocess.Popen([sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port),
+                                   "project.asgi:application"], cwd=ROOT, env=env)
+        wait_port(port, server)
+        layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
+        print(f"jxai e2e bench: daphne pid {server.pid}, database {database_url.split(':')[0]}, layer {layer}, "
+              f"{args.deltas} deltas per answer, {os.cpu_count()} CPUs")
+        report = asyncio.run(run(args, port, provider_url, server.pid))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        return 0
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(15)
+        provider.stdin.close()  # type: ignore[union-attr]
+        provider.wait(10)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -290,8 +290,8 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
     print(f"\n{len(idle)} idle sockets open; worker RSS {baseline / 1024:.1f} MiB; load streams paced "
           f"{args.pace_ms:g} ms per delta ({args.deltas * args.pace_ms / 1000:g} s per answer)")
     report["load"] = []
-    for count in args.streams:
-        active = await users(count, f"active{count}")
+    for round_number, count in enumerate(args.streams):
+        active = await users(count, f"active{round_number}")
         conversations = await make([u for u, _ in active], "paced")
         sockets = await asyncio.gather(*(connect(port, c) for _, c in active))
         before = await settle_rss(pid, 0.5)

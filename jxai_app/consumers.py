@@ -18,6 +18,7 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, Callable
@@ -124,7 +125,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_add(self._user_group, self.channel_name)
         self.session.start()
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Run the consumer; whatever ends it (a normal close, or the server cancelling an
+        application that did not stop in time), the session is released."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.session is not None:
+                await asyncio.shield(self._release())
+
     async def disconnect(self, code: int) -> None:
+        await self._release()
+
+    async def _release(self) -> None:
         session, self.session = self.session, None
         if session is None:
             return

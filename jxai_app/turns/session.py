@@ -120,22 +120,27 @@ class Session:
 
     async def close(self) -> None:
         """The socket closed: send nothing more, stop the task, stop following (a running
-        turn goes on unless ``JXAI_CANCEL_ON_DISCONNECT`` and this was its last follower)."""
+        turn goes on unless ``JXAI_CANCEL_ON_DISCONNECT`` and this was its last follower).
+
+        The hub forgets the session before anything is awaited, so an interrupted close
+        never leaves it registered (nor frames piling up in its queue)."""
         if self._closed:
             return
         self._closed = True
+        self.hub.leave_user(self.user.pk, self)
+        following, self.following = self.following, None
+        if following is not None:
+            self.hub.unfollow(following, self, closing=True)
+        while not self._queue.empty():
+            self._queue.get_nowait()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self.hub.leave_user(self.user.pk, self)
         if self._group is not None:
-            await self._leave(self._group)
-            self._group = None
-        if self.following is not None:
-            self.hub.unfollow(self.following, self, closing=True)
-            if self.following in self._announced:
-                await self.hub.tell_runner(self.following, {"type": names.UNFOLLOW, "follower": self.id,
-                                                            "closing": True})
+            group, self._group = self._group, None
+            await self._leave(group)
+        if following is not None and following in self._announced:
+            await self.hub.tell_runner(following, {"type": names.UNFOLLOW, "follower": self.id, "closing": True})
 
     # ------------------------------------------------------------------ input
     def deliver(self, frame: dict[str, Any]) -> None:

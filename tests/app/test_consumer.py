@@ -430,3 +430,16 @@ async def test_text_after_a_silent_first_token_still_arrives(user: Any, fake: Fa
     await tab.until_event("turn_end", outcome="complete")
     assert tab.text() == "so late"
     await tab.close()
+
+
+async def test_a_consumer_killed_without_disconnect_releases_its_session(user: Any, fake: FakeProvider,
+                                                                        hub: Any) -> None:
+    conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
+    tab = await Tab(user).open()
+    await tab.send(type="subscribe", conversationId=str(conversation.pk))
+    await tab.until(lambda f: f["type"] == "snapshot")
+    assert hub.follower_count(conversation.pk) == 1
+    tab.comm.future.cancel()  # what a server does to an application that outlived its close timeout
+    await asyncio.gather(tab.comm.future, return_exceptions=True)
+    assert hub.follower_count(conversation.pk) == 0
+    assert not hub._user_sockets

@@ -105,7 +105,12 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------
 _SQLITE_DEFAULT = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=0)}
+# Persistent connections (checked before reuse) save a reconnect per query on PostgreSQL.
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=60, conn_health_checks=True
+    )
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the writer; IMMEDIATE takes the write lock at BEGIN so two
     # writers queue on busy_timeout instead of failing with "database is locked" on upgrade.

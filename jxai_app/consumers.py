@@ -5,7 +5,11 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 ``cancel`` is read while a turn streams) and sends every frame in order. The rules live in
 :mod:`jxai_app.turns` and :mod:`jxai_app.store`.
 
-- Anonymous connections are accepted and closed at once with code **4401**.
+- Anonymous connections are accepted and closed at once with code **4401**. A foreign
+  ``Origin`` is refused at the handshake by ``AllowedHostsOriginValidator`` (``project/asgi.py``).
+- An open socket re-checks its login every ``JXAI_WS_SESSION_CHECK_SECONDS`` (default 30):
+  when the session was logged out or flushed, or the user was deactivated or deleted, it
+  closes with **4401** (issue 6 item 8).
 - Every malformed frame — not JSON, not an object, binary, over
   ``JXAI_WS_MAX_FRAME_BYTES``, unknown ``type``, a member of the wrong type, text over
   ``JXAI_MAX_MESSAGE_CHARS`` — gets an ``error`` frame with a problem (``invalid-request``
@@ -14,6 +18,8 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 - Once the socket closed it sends nothing more and leaves no task of its own behind; a
   running turn goes on and saves on its own (``JXAI_CANCEL_ON_DISCONNECT`` to stop it when
   its last tab closes).
+- A channel layer that fails (Redis briefly down) is logged; the socket still gets its own
+  worker's frames directly.
 """
 
 from __future__ import annotations
@@ -23,13 +29,16 @@ import json
 import logging
 from typing import Any, Callable
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from jxai_app import conf
 from jxai_app.errors import ProblemError
 from jxai_app.problems import problem
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
 from jxai_app.turns.names import user_group
+from jxai_app.turns.login import still_signed_in
 from jxai_app.turns.session import Session, error_frame
 
 __all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
@@ -38,6 +47,13 @@ logger = logging.getLogger("jxai_app.consumers")
 
 UNAUTHENTICATED_CLOSE_CODE = 4401
 """Close code for a socket without a logged-in user (4000–4999 are the application's)."""
+DEFAULT_SESSION_CHECK_SECONDS = 30.0
+
+
+def session_check_seconds() -> float:
+    """``JXAI_WS_SESSION_CHECK_SECONDS``: how often an open socket re-checks its login
+    (default 30; the threat model asks for "within a minute")."""
+    return float(getattr(settings, "JXAI_WS_SESSION_CHECK_SECONDS", DEFAULT_SESSION_CHECK_SECONDS))
 
 _STR, _OPT_STR, _INT = "string", "string or null", "non-negative integer"
 _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
@@ -49,7 +65,7 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
     "retry": {"conversationId": (_STR, True)},
     "rename": {"conversationId": (_STR, True), "title": (_STR, True)},
     "delete": {"conversationId": (_STR, True)},
-    "list": {},
+    "list": {"before": (_OPT_STR, False)},
 }
 
 
@@ -101,6 +117,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     """``ws/chat/``: one socket of a logged-in user (see the module docstring)."""
 
     session: Session | None = None
+    _watch: asyncio.Task[None] | None = None
 
     def get_hub(self) -> TurnHub:
         """The worker's hub (tests override this to play a second worker)."""
@@ -122,8 +139,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                                leave_group=self._leave)
         self._user_group = user_group(user.pk) if self.hub.fanout else None
         if self._user_group is not None:
-            await self.channel_layer.group_add(self._user_group, self.channel_name)
+            await self._join(self._user_group)
         self.session.start()
+        session_key = getattr(self.scope.get("session"), "session_key", None)
+        self._watch = asyncio.ensure_future(self._watch_login(user.pk, session_key))
+
+    async def _watch_login(self, user_pk: Any, session_key: str | None) -> None:
+        """Close with 4401 once the login is gone (module docstring); a failing check (the
+        database briefly unreachable) is logged and tried again next time."""
+        while True:
+            await asyncio.sleep(session_check_seconds())
+            try:
+                valid = await database_sync_to_async(still_signed_in)(user_pk, session_key)
+            except Exception:
+                logger.exception("websocket: could not re-check the login of user %s", user_pk)
+                continue
+            if not valid:
+                logger.info("websocket: user %s logged out or deactivated; closing", user_pk)
+                await self._release()
+                await self.close(code=UNAUTHENTICATED_CLOSE_CODE)
+                return
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Run the consumer; whatever ends it (a normal close, or the server cancelling an
@@ -138,22 +173,32 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._release()
 
     async def _release(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         session, self.session = self.session, None
         if session is None:
             return
         await session.close()
         if self._user_group is not None:
-            await self.channel_layer.group_discard(self._user_group, self.channel_name)
+            await self._leave(self._user_group)
 
     async def _send_frame(self, frame: dict[str, Any]) -> None:
         if self.session is not None:
             await self.send_json(frame)
 
     async def _join(self, group: str) -> None:
-        await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception:
+            logger.exception("channel layer: cannot join %s (this worker's frames still arrive)", group)
 
     async def _leave(self, group: str) -> None:
-        await self.channel_layer.group_discard(group, self.channel_name)
+        try:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception:
+            logger.exception("channel layer: cannot leave %s", group)
 
     # ------------------------------------------------------------------ client → server
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -191,7 +236,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "delete":
             job = lambda: session.delete(cid)  # noqa: E731
         else:
-            job = session.list
+            job = lambda: session.list(frame.get("before"))  # noqa: E731
         session.submit(kind, cid, job)
 
     # ------------------------------------------------------------------ layer → socket

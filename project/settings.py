@@ -216,3 +216,6 @@ JXAI_TURNS_PER_MINUTE = int(os.environ.get("JXAI_TURNS_PER_MINUTE", "20"))
 JXAI_TOKENS_PER_DAY = int(os.environ.get("JXAI_TOKENS_PER_DAY", "2000000"))
 JXAI_CONVERSATIONS_PAGE_SIZE = int(os.environ.get("JXAI_CONVERSATIONS_PAGE_SIZE", "50"))
 JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))
+# An open websocket re-checks its session and is_active this often (seconds) and closes
+# with 4401 once either is gone (jxai_app.consumers).
+JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))

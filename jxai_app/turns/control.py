@@ -8,20 +8,23 @@ user owns it and answers a missing, malformed or foreign id alike (``not-found``
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from jxai_app import conf, store
+from jxai_app import conf, ratelimit, store, toolpolicy
 from jxai_app.errors import UnknownModelError
 from jxai_app.models import ConversationStatus, Message
 from jxai_app.problems import problem_error
 from jxai_app.providers import ModelConfig
 from jxai_app.serializers import conversation_dict, message_dict
 from jxai_app.store.common import get_owned, parse_id
+from jxai_app.streaming.events import ErrorEvent
+from jxai_app.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.turns import names
 from jxai_app.turns.hub import Follower, TurnHub, get_hub
 from jxai_app.turns.runner import TurnRunner
@@ -30,6 +33,8 @@ __all__ = [
     "Origin", "TurnInfo", "cancel_turn", "conversation_remove", "conversation_retitle", "retry_turn",
     "start_turn", "tool_view",
 ]
+
+logger = logging.getLogger("jxai_app.turns")
 
 
 class Origin(Follower, Protocol):
@@ -60,17 +65,37 @@ class _Begun:
     history: list[dict[str, Any]]
     model: ModelConfig
     created: bool
+    tools: Any
 
 
 def tool_view(user: Any, model: ModelConfig) -> Any:
-    """The tools a turn of ``user`` on ``model`` offers: none when the model has no tool
-    support, else a fresh gated view of the registry (call counts per turn).
+    """The tools one turn of ``user`` on ``model`` offers (issue 6 item 2: tools act as the user).
 
-    Per-user tool policies (issue 6) plug in here as the view's predicate.
+    Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
+    per turn, since the view counts calls for the per-turn caps.
+
+    Returns:
+        :func:`jxai_app.toolpolicy.tool_view_for` over the deployment's registry: only the
+        tools the user's policies allow (none when the model has no tool support); a tool
+        the model names without it being offered gets a failed "not available" result.
     """
-    if not model.supports_tools:
-        return None
-    return conf.get_tool_registry().gated()
+    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
+
+
+def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
+    def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
+        logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
+
+    return on_retry
+
+
+def client_factory(alias: str) -> Callable[[], Any]:
+    """Builds model ``alias``'s streaming client for a turn, wrapped in a
+    :class:`~jxai_app.streaming.retry.RetryingClient`: a 429/5xx before any output is
+    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began
+    (issue 6 item 7)."""
+    policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
+    return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
 
 
 def _resolve_model(alias: str | None) -> ModelConfig | None:
@@ -82,8 +107,11 @@ def _resolve_model(alias: str | None) -> ModelConfig | None:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None) -> _Begun:
-    """Create the conversation when asked, save the user message and the placeholder."""
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool) -> _Begun:
+    """Create the conversation when asked, admit the turn (``admit``: the user's quota and
+    rate limit, :func:`jxai_app.ratelimit.check_turn_allowed`), save the user message and
+    the placeholder, all in one transaction: a refusal saves nothing. Then build the
+    turn's tool view."""
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
     with transaction.atomic():
@@ -99,12 +127,15 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None) -> _Be
                 model = registry.get(conversation.model)
             except UnknownModelError:  # configuration changed since: the default takes over
                 model = registry.resolve(None)
+        if admit:
+            ratelimit.check_turn_allowed(user)  # before the provider; rolled back with a conflict
         turn = store.message_send(user=user, conversation_id=conversation.pk, text=text,
                                   model=model.alias if model.alias != conversation.model else None)
     conversation.refresh_from_db()
     user_message = Message.objects.get(pk=turn.user_message_id)
     return _Begun(turn=turn, conversation=conversation_dict(conversation), user_message=message_dict(user_message),
-                  history=store.to_messages(conversation), model=model, created=created)
+                  history=store.to_messages(conversation), model=model, created=created,
+                  tools=tool_view(user, model))
 
 
 def _check_text(text: Any) -> str:
@@ -136,17 +167,23 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
 
     Raises:
         ProblemError: ``invalid-request`` (blank text, unknown model), ``payload-too-large``
-            (text too long), ``not-found`` (missing or foreign conversation), ``conflict``
-            (a turn already runs in it, on any worker).
+            (text too long), ``not-found`` (missing or foreign conversation),
+            ``quota-exceeded`` / ``rate-limited`` (with ``retry_after``; nothing saved, the
+            provider not contacted), ``conflict`` (a turn already runs in it, on any worker).
     """
+    return await _start(user=user, conversation_id=conversation_id, text=text, model_alias=model_alias,
+                        origin=origin, hub=hub, admit=True)
+
+
+async def _start(*, user: Any, conversation_id: uuid.UUID | str | None, text: str, model_alias: str | None,
+                 origin: Origin | None, hub: TurnHub | None, admit: bool) -> TurnInfo:
     text = _check_text(text)
     hub = hub or get_hub()
-    begun = await database_sync_to_async(_begin)(user, conversation_id, text, model_alias)
-    alias = begun.model.alias
+    begun = await database_sync_to_async(_begin)(user, conversation_id, text, model_alias, admit=admit)
     runner = TurnRunner(
         hub=hub, user=user, turn=begun.turn, user_message=begun.user_message, history=begun.history,
-        context_window=begun.model.context_window, tools=tool_view(user, begun.model),
-        client_factory=lambda: conf.build_client(alias), system_prompt=conf.get_system_prompt(),
+        context_window=begun.model.context_window, tools=begun.tools,
+        client_factory=client_factory(begun.model.alias), system_prompt=conf.get_system_prompt(),
         policy=conf.get_agent_policy(), conversation=begun.conversation,
     )
     if origin is not None:
@@ -212,16 +249,27 @@ async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Ori
 
     Raises:
         ProblemError: ``not-found``; ``conflict`` while a turn runs; ``invalid-request``
-            when there is nothing to retry.
+            when there is nothing to retry; ``quota-exceeded`` / ``rate-limited`` (the
+            exchange is kept, nothing changes).
     """
     hub = hub or get_hub()
-    text = await database_sync_to_async(store.message_retry)(user=user, conversation_id=conversation_id)
-    if text is None:
-        raise problem_error("invalid-request", "There is no message to retry in this conversation.")
+    text = await database_sync_to_async(_retry_begin)(user, conversation_id)
     cid = parse_id(conversation_id)
     assert cid is not None  # message_retry accepted it
     await hub.notify(cid, await database_sync_to_async(_snapshot_frame)(user, cid))
-    return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub)
+    return await _start(user=user, conversation_id=cid, text=text, model_alias=None, origin=origin, hub=hub,
+                        admit=False)
+
+
+def _retry_begin(user: Any, conversation_id: Any) -> str:
+    """Drop the last exchange and admit the new turn, in one transaction (a refusal keeps
+    the exchange). Returns the text to send again."""
+    with transaction.atomic():
+        text = store.message_retry(user=user, conversation_id=conversation_id)
+        if text is None:
+            raise problem_error("invalid-request", "There is no message to retry in this conversation.")
+        ratelimit.check_turn_allowed(user)
+    return text
 
 
 def _rename(user: Any, conversation_id: Any, title: Any) -> dict[str, Any]:

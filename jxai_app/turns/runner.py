@@ -11,7 +11,10 @@ A :class:`TurnRunner` is a task owned by the worker process, not by a connection
    never holds more than a few messages per second per turn (the layer drops past 100);
 4. applies it to the store through a :class:`~jxai_app.store.TurnRecorder`: text stays in
    memory and is flushed at most every 2 s; a round's end, a tool result and the turn's end
-   are one or two writes each (all writes one at a time, in a thread, never per delta).
+   are one or two writes each (all writes one at a time, in a thread, never per delta);
+5. at each round's end, adds the round's tokens to the user's usage ledger
+   (:class:`~jxai_app.turns.meter.RoundMeter`: the provider's ``usage``, or an estimate
+   marked ``estimated`` when it sent none).
 
 Per-turn frames besides the events, in order on the same path: ``conversation`` (status
 streaming) and ``message_saved`` of the user message first; ``message_saved`` after each
@@ -31,7 +34,6 @@ nothing more; its events still reach the sockets, ending with ``turn_end``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from contextlib import aclosing
@@ -53,6 +55,7 @@ from jxai_app.tools import ToolContext
 from jxai_app.turns import names
 from jxai_app.turns.hub import TurnHub, TurnState
 from jxai_app.turns.log import ReplayLog
+from jxai_app.turns.meter import RoundMeter
 
 __all__ = ["TurnRunner"]
 
@@ -70,11 +73,6 @@ def _read_message(pk: int) -> dict[str, Any] | None:
 def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
     conversation = Conversation.objects.filter(pk=pk).first()
     return None if conversation is None else conversation_dict(conversation)
-
-
-def _estimate_tokens(messages: list[dict[str, Any]], system_prompt: str) -> int:
-    """A rough input size in tokens (4 characters a token) for rounds without usage."""
-    return (len(json.dumps(messages, ensure_ascii=False)) + len(system_prompt)) // 4
 
 
 class TurnRunner:
@@ -127,7 +125,7 @@ class TurnRunner:
         self._batch_ready = asyncio.Event()
         self._control_channel: str | None = None
         self._error: ErrorEvent | None = None
-        self._input_estimate = _estimate_tokens(history, system_prompt)
+        self._meter = RoundMeter(history, system_prompt)
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ control
@@ -348,6 +346,7 @@ class TurnRunner:
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
+            self._meter.start_round()
             if event.round > 1 and not self._lost:
                 if not await self._write(recorder.begin_round):
                     self._mark_lost()
@@ -358,13 +357,16 @@ class TurnRunner:
             self._publish_event(event.to_dict())
             if event.stop_reason not in ("cancelled", "error") and not self._lost:
                 if await self._write(recorder.finish_round, stop_reason=event.stop_reason,
-                                     input_estimate=self._input_estimate):
+                                     input_estimate=self._meter.input_estimate):
                     await self._publish_message(self._message_id)
                 else:
                     self._mark_lost()
+            await self._meter.record(self.user, self.turn_id)
+            self._meter.grow(event.message)
         elif isinstance(event, ToolStartEvent):
             self._publish_event(event.to_dict())
         elif isinstance(event, ToolResultEvent):
+            self._meter.grow(event.message)
             self._publish_event(event.to_dict())
             if not self._lost:
                 reply = await self._write(recorder.attach_tool_result, call_id=event.call_id,
@@ -380,6 +382,7 @@ class TurnRunner:
                 self._error = event
             self._publish_event(event.to_dict())
         else:
+            self._meter.see(event)
             self._publish_event(event.to_dict())
             if recorder.record(event):
                 self._flush_wanted.set()

@@ -27,14 +27,16 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any, Awaitable, Callable
 
 from channels.db import database_sync_to_async
+from django.db.models import Q
 
 from jxai_app import conf, store
 from jxai_app.errors import ProblemError
 from jxai_app.models import ConversationStatus
-from jxai_app.problems import problem
+from jxai_app.problems import problem, problem_error
 from jxai_app.serializers import conversation_dict, conversation_dicts, message_dicts
 from jxai_app.store.common import get_owned
 from jxai_app.turns import control, names
@@ -65,9 +67,38 @@ def _load(user: Any, conversation_id: uuid.UUID) -> tuple[dict[str, Any], list[d
     return conversation_dict(conversation), message_dicts(messages), None if running is None else str(running)
 
 
-def _page(user: Any) -> list[dict[str, Any]]:
-    size = conf.get_limits().conversations_page_size
-    return conversation_dicts(store.conversation_list(user=user)[:size])
+def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
+    """Read a ``next`` cursor (``<updatedAt ISO>|<id>``) back.
+
+    Raises:
+        ProblemError: ``invalid-request`` when it is not one.
+    """
+    try:
+        at, pk = before.split("|")
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError("naive")
+        return parsed, uuid.UUID(pk)
+    except ValueError:
+        raise problem_error("invalid-request", "'list': 'before' must be the 'next' cursor of a previous "
+                                               "'conversations' frame.") from None
+
+
+def _page(user: Any, before: str | None = None) -> dict[str, Any]:
+    """A ``conversations`` frame: one page (``JXAI_CONVERSATIONS_PAGE_SIZE``) of the user's
+    conversations, most recently updated first, after the cursor ``before``; ``next`` (the
+    cursor of the following page) only when there is one."""
+    size = max(1, conf.get_limits().conversations_page_size)
+    rows = store.conversation_list(user=user).order_by("-updated_at", "-pk")
+    if before is not None:
+        at, pk = _cursor(before)
+        rows = rows.filter(Q(updated_at__lt=at) | Q(updated_at=at, pk__lt=pk))
+    page = list(rows[: size + 1])
+    frame: dict[str, Any] = {"type": "conversations", "items": conversation_dicts(page[:size])}
+    if len(page) > size:
+        last = page[size - 1]
+        frame["next"] = f"{last.updated_at.isoformat()}|{last.pk}"
+    return frame
 
 
 def error_frame(doc: dict[str, Any], *, request: str | None = None,
@@ -442,6 +473,11 @@ class Session:
         """``delete``: every tab gets ``conversation_deleted``."""
         await control.conversation_remove(user=self.user, conversation_id=conversation_id, hub=self.hub)
 
-    async def list(self) -> None:
-        """``list``: a ``conversations`` frame, most recent first (one page)."""
-        self._emit({"type": "conversations", "items": await database_sync_to_async(_page)(self.user)})
+    async def list(self, before: str | None = None) -> None:
+        """``list``: a ``conversations`` frame, most recent first, one page after the cursor
+        ``before`` (the previous page's ``next``; ``None``: the first page).
+
+        Raises:
+            ProblemError: ``invalid-request`` for a cursor that is not one.
+        """
+        self._emit(await database_sync_to_async(_page)(self.user, before))

@@ -69,11 +69,21 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
 }
 
 
+def _unicode(value: str) -> bool:
+    """False for text with a lone surrogate (``"\\ud800"`` is valid JSON but no UTF-8 can
+    carry it, so no database or frame could store it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _fits(kind: str, value: Any) -> bool:
     if kind == _STR:
-        return isinstance(value, str)
+        return isinstance(value, str) and _unicode(value)
     if kind == _OPT_STR:
-        return value is None or isinstance(value, str)
+        return value is None or (isinstance(value, str) and _unicode(value))
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -86,8 +96,9 @@ def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict
 
     Raises:
         ProblemError: ``payload-too-large`` over ``max_bytes`` (UTF-8); ``invalid-request``
-            for binary frames, broken JSON, a non-object, an unknown ``type`` or a member
-            of the wrong type (the detail names it).
+            for binary frames, broken JSON (nesting too deep for the parser included), a
+            non-object, an unknown ``type`` or a member of the wrong type (the detail names
+            it; a string with a lone surrogate is of the wrong type).
     """
     if text is None:
         raise _invalid("Frames must be text (JSON), not binary.")
@@ -95,7 +106,7 @@ def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict
         raise ProblemError(problem("payload-too-large", f"A frame may be at most {max_bytes} bytes."))
     try:
         frame = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _invalid("The frame is not valid JSON.") from None
     if not isinstance(frame, dict):
         raise _invalid("A frame must be a JSON object with a type.")
@@ -109,7 +120,7 @@ def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict
                 raise _invalid(f"'{kind}' needs '{member}' ({expected}).")
             continue
         if not _fits(expected, frame[member]):
-            raise _invalid(f"'{kind}': '{member}' must be a {expected}.")
+            raise _invalid(f"'{kind}': '{member}' must be a {expected} (valid Unicode).")
     return frame
 
 

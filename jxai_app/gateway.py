@@ -168,7 +168,7 @@ def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int
     """
     try:  # decode first: json.loads(bytes) would strip a BOM and accept UTF-16/32
         data = json.loads(body.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError; nesting past the parser
         raise problem_error("invalid-request", _INVALID_JSON) from None
     if not isinstance(data, dict):
         raise problem_error("invalid-request", "The request body must be a JSON object.")

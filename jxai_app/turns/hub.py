@@ -266,8 +266,12 @@ class TurnHub:
     async def ask_runner(self, conversation_id: uuid.UUID, message: dict[str, Any]) -> dict[str, Any] | None:
         """Send a control message to whatever runner runs the conversation's turn (on any
         worker) and wait for its answer up to ``reply_timeout`` seconds; ``None`` when none
-        answered (no runner alive, or no channel layer)."""
-        channel = await self._ensure_reply_channel()
+        answered (no runner alive, no channel layer, or the layer failing: logged)."""
+        try:
+            channel = await self._ensure_reply_channel()
+        except Exception:
+            logger.exception("channel layer: cannot open the reply channel")
+            return None
         if channel is None:
             return None
         request = uuid.uuid4().hex

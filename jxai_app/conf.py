@@ -12,7 +12,8 @@ Model registry sources, first match wins (SPEC §7 "Models and providers"):
 3. ``OPENAI_API_KEY`` (+ ``OPENAI_BASE_URL``, ``JXAI_MODEL``, ``JXAI_CONTEXT_WINDOW``) and/or
    ``ANTHROPIC_API_KEY`` (+ ``ANTHROPIC_BASE_URL``, ``JXAI_ANTHROPIC_MODEL``);
 4. otherwise the embedded local model at ``JXAI_LOCAL_MODEL_URL``
-   (default ``http://127.0.0.1:8081/v1``, started by ``manage.py runlocalmodel``).
+   (default ``http://127.0.0.1:8081/v1``, started by ``manage.py runlocalmodel``), under two
+   aliases: ``gemma-3-270m`` (the default) and ``gemma-3-270m-calculator`` (forces ``calculate``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from jxai_app.tools import ToolRegistry, default_registry
 
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL_ALIAS = "gemma-3-270m"
+LOCAL_CALCULATOR_ALIAS = "gemma-3-270m-calculator"
+"""The local model with ``tool_choice`` forcing ``calculate`` on the request answering the user:
+the 270M base model never calls a tool unprompted (README, "The embedded local model")."""
 DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
 
 # Variables that configure a provider; with none of them set the local model is used.
@@ -99,12 +103,16 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "base_url": environ.get("JXAI_LOCAL_MODEL_URL") or DEFAULT_LOCAL_MODEL_URL,
             "api_key_env": None,
         }
-        models[LOCAL_MODEL_ALIAS] = {
+        local = {
             "provider": LOCAL_PROVIDER,
             "model_id": LOCAL_MODEL_ALIAS,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
-            "label": "Gemma 3 270M (local)",
+        }
+        models[LOCAL_MODEL_ALIAS] = {**local, "label": "Gemma 3 270M (local)"}
+        models[LOCAL_CALCULATOR_ALIAS] = {
+            **local, "label": "Gemma 3 270M + calculator (local)",
+            "tool_choice": {"type": "function", "function": {"name": "calculate"}},
         }
     return {"providers": providers, "models": models, "roles": {"default": next(iter(models))}}
 

@@ -280,7 +280,7 @@ class OpenAIChatClient(BaseChatClient):
             body["max_tokens"] = self.max_tokens
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages)
+            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages, tools)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
@@ -298,15 +298,23 @@ def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return message
 
 
-def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]]) -> Any:
+def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
+                     tools: Sequence[Mapping[str, Any]]) -> Any:
     """The ``tool_choice`` of one request (jxai's rule, not a provider's).
 
     A forcing choice (``"required"`` or a named function, set on a model alias for small
     models that never call a tool unprompted) applies only to the request that answers the
     user, i.e. when the history ends with a ``user`` message; after tool results the request
     says ``auto``, or a forced model would call the tool again after every result until the
-    round budget runs out. ``auto`` and ``none`` are sent as configured.
+    round budget runs out. ``auto`` and ``none`` are sent as configured. A named function
+    that is not among this request's ``tools`` (a tool policy withheld it from the user)
+    becomes ``auto``: OpenAI rejects such a request and llama.cpp's server answers it with
+    an empty HTTP 200.
     """
+    if isinstance(configured, Mapping):
+        name = (configured.get("function") or {}).get("name")
+        if name is not None and name not in {(t.get("function") or {}).get("name") for t in tools}:
+            return "auto"
     if configured in ("auto", "none") or not messages or messages[-1].get("role") == "user":
         return configured
     return "auto"

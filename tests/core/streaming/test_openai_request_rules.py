@@ -1,7 +1,8 @@
 """Request-side rules of the OpenAI-compatible client found against llama.cpp's server.
 
 - an assistant ``tool_calls`` message with ``content: null`` goes out without ``content``;
-- a forcing ``tool_choice`` applies only to the request that answers the user;
+- a forcing ``tool_choice`` applies only to the request that answers the user, and never
+  names a tool the request does not offer;
 - a delta carrying both ``tool_calls`` and the legacy ``function_call`` (llama.cpp sends
   each fragment in both) counts once.
 """
@@ -35,6 +36,15 @@ async def test_null_content_of_a_tool_call_turn_is_left_out_and_forcing_stops_af
     sent_call = second["messages"][2]
     assert "content" not in sent_call and sent_call["tool_calls"] == call["tool_calls"]
     assert history[1]["content"] is None  # the caller's history is not mutated
+
+
+async def test_a_forced_tool_the_request_does_not_offer_becomes_auto() -> None:
+    others = [{"type": "function", "function": {"name": "current_datetime", "parameters": {"type": "object"}}}]
+    with FakeProvider([Script(writes=openai_text_stream(["ok"]))]) as fake:
+        client = OpenAIChatClient(base_url=fake.url, model="m", tool_choice=FORCED)
+        events = [e.to_dict() async for e in client.stream_chat([{"role": "user", "content": "6*7?"}], others, "sys")]
+    assert events[-1] == {"type": "done", "stopReason": "stop"}
+    assert fake.requests[0].json["tool_choice"] == "auto"
 
 
 async def test_llamacpp_fragments_sent_in_tool_calls_and_function_call_count_once() -> None:

@@ -269,7 +269,7 @@ def _retry_begin(user: Any, conversation_id: Any) -> str:
         if text is None:
             raise problem_error("invalid-request", "There is no message to retry in this conversation.")
         ratelimit.check_turn_allowed(user)
-    return text
+    return str(text)
 
 
 def _rename(user: Any, conversation_id: Any, title: Any) -> dict[str, Any]:

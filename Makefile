@@ -16,13 +16,14 @@ $(VENV)/.installed-test: pyproject.toml
 
 install: $(VENV)/.installed-test
 
-## make test: the whole suite on the embedded default, then on PostgreSQL + Redis.
+## make test: the whole suite (with the [local] extra: the real local model runs too) on the embedded
+## default, then on PostgreSQL + Redis.
 test: test-embedded test-scaleout
 
-test-embedded: $(VENV)/.installed-test
+test-embedded: $(VENV)/.installed-local
 	$(PY) -m pytest
 
-test-scaleout: $(VENV)/.installed-test
+test-scaleout: $(VENV)/.installed-local
 	@if $(PY) -m jxai_app.devtools.services_up "$(SCALEOUT_DATABASE_URL)" "$(SCALEOUT_REDIS_URL)"; then \
 		echo "== scale-out run: PostgreSQL + channels_redis =="; \
 		DATABASE_URL="$(SCALEOUT_DATABASE_URL)" REDIS_URL="$(SCALEOUT_REDIS_URL)" $(PY) -m pytest; \
@@ -48,5 +49,5 @@ $(VENV)/.installed-local: $(VENV)/.installed-test
 
 ## make run: migrate, recover, demo user, the embedded model (only when no provider is configured), daphne on :8000.
 run: $(VENV)/.installed-test
-	@if $(PY) -m jxai_app.devtools.run --needs-local; then $(MAKE) --no-print-directory $(VENV)/.installed-local; fi
+	@if $(PY) -m jxai_app.devtools.run --needs-local; then $(MAKE) --no-print-directory -s $(VENV)/.installed-local; fi
 	$(PY) -m jxai_app.devtools.run $(RUN_ARGS)

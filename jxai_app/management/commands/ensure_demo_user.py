@@ -16,6 +16,8 @@ from django.db import transaction
 
 PASSWORD_BYTES = 12
 """Entropy of the generated password: 12 random bytes, 16 URL-safe characters."""
+CHANGE_PASSWORD = ".venv/bin/python manage.py changepassword"
+"""The command a ``make run`` user types to set a password (from the project folder)."""
 
 
 class Command(BaseCommand):
@@ -36,6 +38,7 @@ class Command(BaseCommand):
         if created:
             self.stdout.write(self.style.SUCCESS(
                 f"Created the demo user. Log in with  username: {options['username']}  password: {password}\n"
-                "(shown once; change it with: manage.py changepassword " + options["username"] + ")"))
+                f"(shown once; change it with: {CHANGE_PASSWORD} {options['username']})"))
         else:
-            self.stdout.write("Users already exist: log in with your account (no password shown).")
+            self.stdout.write("Users already exist: log in with your account (no password shown; forgot it? "
+                              f"{CHANGE_PASSWORD} USERNAME).")

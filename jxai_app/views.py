@@ -2,8 +2,9 @@
 
 Thin: ownership and recovery live in :mod:`jxai_app.store`, models in :mod:`jxai_app.conf`.
 The page itself is static HTML plus ``chat.js``; everything live (transcript, streaming,
-Stop, rename, delete) goes over the websocket protocol of ``notes/ws-protocol.md``. The view
-hands the script its starting data through ``json_script`` (no inline script, CSP-safe).
+Stop, rename, delete, further pages of the conversation list) goes over the websocket protocol
+of ``docs/websocket.md``. The view hands the script its starting data through ``json_script``
+(no inline script, CSP-safe).
 """
 
 from __future__ import annotations
@@ -50,7 +51,11 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
         # A broken model configuration must not hide the page: the socket reports it per turn.
         models, default_model = [], ""
     limits = get_limits()
-    page = list(store.conversation_list(user=request.user)[: limits.conversations_page_size])
+    # The first page exactly as the socket's `list` answers it (docs/websocket.md, "Safety
+    # additions"): the same size and order, so the script's first `conversations` frame only
+    # adds the `next` cursor behind "Load more". Never the whole history, however long.
+    size = max(1, limits.conversations_page_size)
+    page = list(store.conversation_list(user=request.user).order_by("-updated_at", "-pk")[:size])
     initial = {
         "conversationId": str(current.pk) if current else None,
         "conversation": conversation_dict(current) if current else None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from jxai_app import store
 from jxai_app.conf import get_model_registry
 from jxai_app.csp import CSP_HEADER
+from jxai_app.models import Conversation
 
 STATIC_SOURCE = Path(__file__).resolve().parents[2] / "jxai_app" / "static" / "jxai_app"
 HOOKS = ("composer", "send", "stop", "new-conversation", "error", "transcript", "model")
@@ -133,6 +136,28 @@ def test_the_page_hands_models_and_conversations_to_the_script(logged_in: Client
     data = initial_data(logged_in.get(f"/c/{older.pk}"))
     assert data["conversationId"] == str(older.pk)
     assert data["conversation"]["title"] == "older"
+
+
+@pytest.mark.django_db
+@override_settings(JXAI_CONVERSATIONS_PAGE_SIZE=3)
+def test_the_page_hands_only_the_first_page_of_a_long_list(logged_in: Client, user: Any) -> None:
+    """Many conversations: the page carries one page (``JXAI_CONVERSATIONS_PAGE_SIZE``), in the
+    socket's order (most recently updated first, ties by id descending, docs/websocket.md), and
+    an older conversation opened by address still comes along on its own."""
+    rows = [store.conversation_create(user=user, model="m", title=f"c{i}") for i in range(7)]
+    base = timezone.now()
+    for i, row in enumerate(rows):
+        # c2 and c3 share a timestamp at the page boundary: the id decides which one is on it.
+        moment = base - timedelta(minutes=2 if i in (2, 3) else i)
+        Conversation.objects.filter(pk=row.pk).update(updated_at=moment)
+    expected = sorted(Conversation.objects.filter(owner=user), key=lambda c: (c.updated_at, c.pk.hex), reverse=True)
+    data = initial_data(logged_in.get("/"))
+    assert [c["id"] for c in data["conversations"]] == [str(c.pk) for c in expected[:3]]
+
+    oldest = expected[-1]
+    data = initial_data(logged_in.get(f"/c/{oldest.pk}"))
+    assert len(data["conversations"]) == 3 and str(oldest.pk) not in [c["id"] for c in data["conversations"]]
+    assert data["conversation"]["id"] == str(oldest.pk)
 
 
 @pytest.mark.django_db

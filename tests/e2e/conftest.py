@@ -8,7 +8,8 @@ How the pieces fit:
   free 127.0.0.1 port, against the **test database** pytest-django created (SQLite file or
   PostgreSQL, whichever the run uses: its ``DATABASE_URL`` is built from the test connection),
   the channel layer of the run (``REDIS_URL`` is passed through), and ``JXAI_MODELS_JSON``
-  naming the fake provider. Its log goes to ``test-results/e2e/daphne.log``.
+  naming the fake provider, with ``JXAI_CONVERSATIONS_PAGE_SIZE`` = :data:`PAGE_SIZE`. Its log goes
+  to ``test-results/e2e/daphne.log``.
 * ``browser`` (module): ``/usr/bin/chromium`` headless through Playwright (never a
   downloaded browser); each test gets a fresh context and page.
 * Data: tests use the ``live_db`` fixture (transactional, so the server sees committed rows).
@@ -48,6 +49,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PASSWORD = "e2e-pass-4821"
 MODELS = ("fake-model", "fake-large")
+PAGE_SIZE = 5
+"""``JXAI_CONVERSATIONS_PAGE_SIZE`` of the test server: small, so paging shows with a few rows."""
 
 
 @dataclass
@@ -139,7 +142,7 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
     }
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": database_url,
            "JXAI_MODELS_JSON": json.dumps(registry), "DJANGO_DEBUG": "1", "JXAI_UPSTREAM_RETRIES": "0",
-           "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING"}
+           "JXAI_CONVERSATIONS_PAGE_SIZE": str(PAGE_SIZE), "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING"}
     for name in ("JXAI_MODELS_FILE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         env.pop(name, None)
     RESULTS.mkdir(parents=True, exist_ok=True)

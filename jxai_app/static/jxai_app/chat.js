@@ -1,17 +1,21 @@
-// jxai chat page (SPEC §7 "Chat page"): conversation list, transcript, streaming answer,
-// tool cards, Stop, Retry, model picker, token count, rename and delete.
+// jxai chat page (SPEC §7 "Chat page"): wires the parts together and runs the turn controls
+// (send, Stop, Retry, errors, new chat, navigation). The parts: conversations.js (the paged
+// list), header.js (title, rename, delete, model picker, token count), transcript.js and
+// render.js (the messages), socket.js (the connection and the per-turn sequencer).
 //
-// Talks only the websocket protocol of notes/ws-protocol.md. Starting data comes from the
+// Talks only the websocket protocol of docs/websocket.md. Starting data comes from the
 // server through json_script (#jxai-initial); there is no inline script (CSP).
 
-import { el } from "./render.js";
+import { ConversationList } from "./conversations.js";
+import { Header } from "./header.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { Transcript } from "./transcript.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
 const $ = (id) => document.getElementById(id);
 const ui = {
-  app: $("app"), list: $("conversation-list"), newChat: $("new-conversation"), toggle: $("toggle-sidebar"),
+  app: $("app"), list: $("conversation-list"), loadMore: $("load-more"), newChat: $("new-conversation"),
+  toggle: $("toggle-sidebar"),
   title: $("conversation-title"), renameButton: $("rename"), deleteButton: $("delete"),
   renameForm: $("rename-form"), renameInput: $("rename-input"), renameCancel: $("rename-cancel"),
   connection: $("connection"), error: $("error"), errorText: $("error-text"), retry: $("retry"),
@@ -22,12 +26,10 @@ const ui = {
 
 const state = {
   currentId: initial.conversationId,
-  conversations: new Map(),   // id -> conversation object (protocol shape)
   awaitingNew: false,         // a send with conversationId null is on its way
   streaming: false,
   stopping: false,
   turnPending: false,         // sent, and no event of the new turn seen yet
-  modelShownFor: undefined,   // the conversation whose model the picker last showed
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
 };
 
@@ -42,9 +44,25 @@ const sequencer = new TurnSequencer({
     connection.send({ type: "resync", conversationId: state.currentId, turnId, afterSeq }),
 });
 
+const conversations = new ConversationList(ui.list, ui.loadMore, {
+  request: (frame) => connection.send(frame),
+  current: () => state.currentId,
+  onPick: (conversationId) => {
+    openConversation(conversationId, { push: true });
+    closeSidebar();
+  },
+});
+
+const header = new Header(ui, {
+  models: initial.models,
+  defaultModel: initial.defaultModel,
+  onRename: (title) => connection.send({ type: "rename", conversationId: state.currentId, title }),
+  onDelete: () => connection.send({ type: "delete", conversationId: state.currentId }),
+});
+
 const connection = new Connection(initial.wsPath, {
   onOpen: () => {
-    connection.send({ type: "list" });
+    conversations.connected();
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
   },
   onFrame: (frame) => handleFrame(frame),
@@ -84,7 +102,8 @@ function handleFrame(frame) {
       removeConversation(frame.conversationId);
       break;
     case "conversations":
-      replaceConversations(frame.items || []);
+      conversations.applyPage(frame);
+      renderHeader();
       break;
     case "error":
       handleErrorFrame(frame);
@@ -101,12 +120,12 @@ function handleFrame(frame) {
  */
 function adoptNewConversation(conversationId) {
   if (!state.awaitingNew || !conversationId || state.currentId) return false;
-  if (state.conversations.has(conversationId) && !state.adoptable.has(conversationId)) return false;
+  if (conversations.has(conversationId) && !state.adoptable.has(conversationId)) return false;
   state.awaitingNew = false;
   state.adoptable.clear();
   state.currentId = conversationId;
   history.pushState({ conversationId }, "", `/c/${conversationId}`);
-  renderList();
+  conversations.render();
   return true;
 }
 
@@ -148,12 +167,8 @@ function announce(text) {
 
 function upsertConversation(conversation) {
   if (!conversation || !conversation.id) return;
-  const known = state.conversations.has(conversation.id);
-  if (!known && state.awaitingNew) state.adoptable.add(conversation.id);
-  const previous = state.conversations.get(conversation.id) || {};
-  state.conversations.set(conversation.id, { ...previous, ...conversation });
+  if (conversations.upsert(conversation) && state.awaitingNew) state.adoptable.add(conversation.id);
   adoptNewConversation(conversation.id);
-  renderList();
   if (conversation.id === state.currentId) {
     renderHeader();
     if (conversation.status === "streaming") setStreaming(true);
@@ -164,85 +179,16 @@ function upsertConversation(conversation) {
   }
 }
 
-function replaceConversations(items) {
-  const fresh = new Map();
-  for (const item of items) if (item && item.id) fresh.set(item.id, item);
-  if (state.currentId && !fresh.has(state.currentId) && state.conversations.has(state.currentId)) {
-    fresh.set(state.currentId, state.conversations.get(state.currentId));
-  }
-  state.conversations = fresh;
-  renderList();
-  renderHeader();
-}
-
 function removeConversation(conversationId) {
-  state.conversations.delete(conversationId);
-  renderList();
+  conversations.remove(conversationId);
   if (conversationId === state.currentId) {
     startNewChat();
     announce("Conversation deleted.");
   }
 }
 
-function sortedConversations() {
-  return [...state.conversations.values()].sort((a, b) => String(b.updatedAt).localeCompare(String(a.updatedAt)));
-}
-
-function renderList() {
-  const items = sortedConversations().map((conversation) => {
-    const link = el("a", "conversation-link", null, "conversation-link");
-    link.href = `/c/${conversation.id}`;
-    link.dataset.conversationId = conversation.id;
-    link.append(el("span", "conversation-link-title", conversation.title || "Untitled"));
-    if (conversation.status === "streaming") link.append(el("span", "badge", "answering"));
-    if (conversation.id === state.currentId) link.setAttribute("aria-current", "page");
-    const li = el("li");
-    li.append(link);
-    return li;
-  });
-  ui.list.replaceChildren(...items);
-}
-
 function renderHeader() {
-  const conversation = state.currentId ? state.conversations.get(state.currentId) : null;
-  const title = conversation ? conversation.title || "Untitled" : "New chat";
-  ui.title.textContent = title;
-  document.title = `${title} · jxai`;
-  ui.renameButton.hidden = !conversation;
-  ui.deleteButton.hidden = !conversation;
-  const shownFor = conversation ? conversation.id : null;
-  if (state.modelShownFor !== shownFor) {
-    // The picker follows the conversation when it is opened, then stays as the user sets it.
-    state.modelShownFor = shownFor;
-    const alias = conversation && conversation.model ? conversation.model : initial.defaultModel;
-    if ([...ui.model.options].some((o) => o.value === alias)) ui.model.value = alias;
-  }
-  renderTokens(conversation);
-}
-
-function renderTokens(conversation) {
-  if (!conversation || !conversation.tokenCount) {
-    ui.tokens.textContent = "";
-    ui.warning.hidden = true;
-    return;
-  }
-  const fmt = new Intl.NumberFormat();
-  const windowSize = conversation.contextWindow;
-  ui.tokens.textContent = windowSize
-    ? `${fmt.format(conversation.tokenCount)} / ${fmt.format(windowSize)} tokens`
-    : `${fmt.format(conversation.tokenCount)} tokens`;
-  ui.warning.hidden = !conversation.contextWarning;
-}
-
-function renderModels() {
-  const options = (initial.models || []).map((model) => {
-    const option = el("option", "", model.label || model.alias);
-    option.value = model.alias;
-    if (model.alias === initial.defaultModel) option.selected = true;
-    return option;
-  });
-  ui.model.replaceChildren(...options);
-  ui.model.disabled = options.length <= 1;
+  header.render(state.currentId ? conversations.get(state.currentId) : null);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -268,7 +214,7 @@ function sendMessage() {
     showError(`Your message is longer than ${initial.maxMessageChars} characters.`, { retry: false });
     return;
   }
-  const frame = { type: "send", conversationId: state.currentId, text, model: ui.model.value || null };
+  const frame = { type: "send", conversationId: state.currentId, text, model: header.model };
   if (!connection.send(frame)) {
     showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
     return;
@@ -316,6 +262,8 @@ function handleErrorFrame(frame) {
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
   } else if (frame.request === "subscribe" && frame.conversationId === state.currentId) {
     startNewChat();
+  } else if (frame.request === "list") {
+    conversations.pageFailed();
   }
   showError(text, { retry: false });
 }
@@ -338,7 +286,7 @@ function startNewChat() {
   hideError();
   setStreaming(false);
   if (window.location.pathname !== "/") history.pushState({ conversationId: null }, "", "/");
-  renderList();
+  conversations.render();
   renderHeader();
   ui.composer.focus();
 }
@@ -352,7 +300,7 @@ function openConversation(conversationId, { push }) {
   hideError();
   setStreaming(false);
   if (push) history.pushState({ conversationId }, "", `/c/${conversationId}`);
-  renderList();
+  conversations.render();
   renderHeader();
   connection.send({ type: "subscribe", conversationId });
 }
@@ -361,22 +309,6 @@ function openConversation(conversationId, { push }) {
 function closeSidebar() {
   ui.app.classList.remove("sidebar-open");
   ui.toggle.setAttribute("aria-expanded", "false");
-}
-
-function beginRename() {
-  const conversation = state.conversations.get(state.currentId);
-  if (!conversation) return;
-  ui.renameInput.value = conversation.title || "";
-  ui.renameForm.hidden = false;
-  ui.title.hidden = true;
-  ui.renameInput.focus();
-  ui.renameInput.select();
-}
-
-function endRename() {
-  ui.renameForm.hidden = true;
-  ui.title.hidden = false;
-  ui.renameButton.focus();
 }
 
 function showConnection(what, failures) {
@@ -436,44 +368,12 @@ document.addEventListener("keydown", (event) => {
 ui.transcript.closest(".main").addEventListener("click", (event) => {
   if (ui.app.classList.contains("sidebar-open") && !ui.toggle.contains(event.target)) closeSidebar();
 });
-ui.list.addEventListener("click", (event) => {
-  const link = event.target.closest("a[data-conversation-id]");
-  if (!link || event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
-  event.preventDefault();
-  openConversation(link.dataset.conversationId, { push: true });
-  closeSidebar();
-});
 window.addEventListener("popstate", () => {
   const match = /^\/c\/([0-9a-f-]{36})$/i.exec(window.location.pathname);
   if (match) openConversation(match[1], { push: false });
   else if (state.currentId) startNewChat();
 });
-ui.renameButton.addEventListener("click", beginRename);
-ui.renameCancel.addEventListener("click", endRename);
-ui.renameInput.addEventListener("keydown", (event) => {
-  if (event.key === "Escape") {
-    event.preventDefault();
-    endRename();
-  }
-});
-ui.renameForm.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const title = ui.renameInput.value.trim();
-  if (title && state.currentId) connection.send({ type: "rename", conversationId: state.currentId, title });
-  endRename();
-});
-ui.deleteButton.addEventListener("click", () => {
-  const conversation = state.conversations.get(state.currentId);
-  if (!conversation) return;
-  if (window.confirm(`Delete “${conversation.title || "Untitled"}”? This cannot be undone.`)) {
-    connection.send({ type: "delete", conversationId: state.currentId });
-  }
-});
-
-renderModels();
-for (const conversation of initial.conversations || []) state.conversations.set(conversation.id, conversation);
-if (initial.conversation) state.conversations.set(initial.conversation.id, initial.conversation);
-renderList();
+conversations.seed([...(initial.conversations || []), initial.conversation]);
 renderHeader();
 transcript.updateEmptyState();
 setStreaming(false);

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from jxai_app import store
 from jxai_app.models import Conversation
 from tests.e2e.conftest import PAGE_SIZE, BrowserPage
-from tests.e2e.steps import assert_clean, conversation_id, login, send, wait_idle
+from tests.e2e.steps import assert_clean, conversation_id, login, screenshot, send, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -54,6 +54,7 @@ def test_load_more_appends_the_next_page_and_live_updates_keep_it(open_page: Any
     load_more = page.get_by_test_id("load-more")
     load_more.wait_for(state="visible")                             # the socket's first page said `next`
     assert listed(tab) == expected[:PAGE_SIZE]
+    screenshot(tab, "load-more.png")
 
     load_more.focus()                                               # from the keyboard
     page.keyboard.press("Enter")

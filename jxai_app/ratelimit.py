@@ -38,10 +38,12 @@ from typing import Any, Callable, Final, Mapping
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, OuterRef, Subquery
 
 from jxai_app import conf
 from jxai_app import usage as ledger
+from jxai_app.errors import ProblemError
 from jxai_app.problems import problem_error
 
 __all__ = [
@@ -131,29 +133,49 @@ def turns_in_last_minute(user: Any) -> int:
     return TurnAdmission.objects.filter(user_id=user.pk, at__gt=_now() - WINDOW).count()
 
 
-def _lock_user(user: Any) -> None:
-    """Serialise admissions of one user across processes (module docstring). ``NO KEY``:
-    rows that merely reference the user (conversations, tokens) are not blocked."""
-    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk).values_list("pk", flat=True))
+def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
+    """The user's allowance and today's tokens in one statement. Where the database has row
+    locks (PostgreSQL) the same statement locks the user's row until the transaction ends
+    (``FOR NO KEY UPDATE``: rows that merely reference the user, such as conversations and
+    tokens, are not blocked), which serialises that user's admissions across processes; on
+    SQLite the ``IMMEDIATE`` transaction already holds the database's write lock."""
+    from jxai_app.models import UsageLedger, UserLimits
+
+    limits = UserLimits.objects.filter(user_id=OuterRef("pk"))
+    spent = (UsageLedger.objects.filter(user_id=OuterRef("pk"), day=_today(now))
+             .annotate(spent=F("input_tokens") + F("output_tokens")).values("spent")[:1])
+    rows = get_user_model().objects.filter(pk=user.pk)
+    if connection.features.has_select_for_update:
+        rows = rows.select_for_update(no_key=True)
+    row = rows.annotate(jxai_turns=Subquery(limits.values("turns_per_minute")[:1]),
+                        jxai_tokens=Subquery(limits.values("tokens_per_day")[:1]),
+                        jxai_spent=Subquery(spent)).values_list("jxai_turns", "jxai_tokens", "jxai_spent").first()
+    turns, tokens, used = row or (None, None, None)
+    defaults = conf.get_limits()
+    return Allowance(
+        turns_per_minute=int(defaults.turns_per_minute if turns is None else turns),
+        tokens_per_day=int(defaults.tokens_per_day if tokens is None else tokens),
+    ), int(used or 0)
 
 
-def _take_turn(user: Any, limit: int) -> None:
+def _take_turn(user: Any, limit: int, now: datetime) -> ProblemError | None:
+    """Count the window's admissions (after :func:`_standing` locked the user) and add one;
+    else the refusal. Rows older than the window are deleted when there are any."""
     from jxai_app.models import TurnAdmission
 
-    now = _now()
     since = now - WINDOW
-    with transaction.atomic():
-        _lock_user(user)
+    times = sorted(TurnAdmission.objects.filter(user_id=user.pk).values_list("at", flat=True))
+    old = sum(1 for at in times if at <= since)
+    if old:
         TurnAdmission.objects.filter(user_id=user.pk, at__lte=since).delete()
-        taken = list(TurnAdmission.objects.filter(user_id=user.pk, at__gt=since)
-                     .order_by("at").values_list("at", flat=True))
-        if len(taken) < limit:
-            TurnAdmission.objects.create(user_id=user.pk, at=now)
-            return
+    taken = times[old:]
+    if len(taken) < limit:
+        TurnAdmission.objects.create(user_id=user.pk, at=now)
+        return None
     # One more fits once all but ``limit - 1`` of the window's turns have left it.
     frees_at = taken[len(taken) - limit] + WINDOW
     retry = max(1, math.ceil((frees_at - now).total_seconds()))
-    raise problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
+    return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
                         retry_after=retry)
 
 
@@ -161,7 +183,10 @@ def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot).
+    per minute (a turn refused for quota takes no slot). Two or three statements (the
+    standing, the window, the admission; a fourth deletes rows that left the window), in
+    the caller's transaction when there is one (so a later refusal or conflict there rolls
+    the admission back too), else in one of its own.
 
     Raises:
         ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
@@ -170,18 +195,20 @@ def check_turn_allowed(user: Any) -> None:
             the oldest counted turn leaves the window.
         django.db.DatabaseError: the database is unreachable.
     """
-    allowance = allowance_for(user)
-    if allowance.tokens_per_day > 0:
-        used = tokens_used_today(user)
-        if used >= allowance.tokens_per_day:
-            now = _now()
+    now = _now()
+    refusal: ProblemError | None = None
+    with transaction.atomic(savepoint=False):  # the refusal is raised outside: the caller's block stays usable
+        allowance, used = _standing(user, now)
+        if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
             midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
             retry = max(1, math.ceil((midnight - now).total_seconds()))
-            raise problem_error("quota-exceeded",
-                                f"You have used {used} of your {allowance.tokens_per_day} tokens for today "
-                                f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
-    if allowance.turns_per_minute > 0:
-        _take_turn(user, allowance.turns_per_minute)
+            refusal = problem_error("quota-exceeded",
+                                    f"You have used {used} of your {allowance.tokens_per_day} tokens for today "
+                                    f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
+        elif allowance.turns_per_minute > 0:
+            refusal = _take_turn(user, allowance.turns_per_minute, now)
+    if refusal is not None:
+        raise refusal
 
 
 acheck_turn_allowed = sync_to_async(check_turn_allowed)

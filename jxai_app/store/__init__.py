@@ -12,6 +12,7 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
     message_send(*, user, conversation_id, text, model=None, stale_after=30.0) -> TurnStart
+    turn_open(*, conversation, text, model=None, stale_after=30.0) -> TurnOpened    (locked row)
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
@@ -37,7 +38,9 @@ from jxai_app.store.conversation import (
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
 from jxai_app.store.search import conversation_search
-from jxai_app.store.turn import TurnStart, message_retry, message_send, tool_result_attach, turn_cancel
+from jxai_app.store.turn import (
+    TurnOpened, TurnStart, message_retry, message_send, tool_result_attach, turn_cancel, turn_open,
+)
 from jxai_app.store.usage import context_tokens, context_warning, usage_estimate, usage_from
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
@@ -45,6 +48,7 @@ __all__ = [
     "FLUSH_INTERVAL_SECONDS",
     "KEEPALIVE_INTERVAL_SECONDS",
     "STALE_AFTER_SECONDS",
+    "TurnOpened",
     "TurnRecorder",
     "TurnStart",
     "context_tokens",
@@ -65,6 +69,7 @@ __all__ = [
     "turn_abandon",
     "turn_cancel",
     "turn_is_stale",
+    "turn_open",
     "turns_recover",
     "usage_estimate",
     "usage_from",

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Max, Value, When
+from django.db.models import Max, Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from jxai_app.models import (
@@ -32,11 +32,10 @@ from jxai_app.store.common import (
     get_owned,
     invalid,
     next_position,
-    not_found,
-    owned_one,
     title_from,
 )
 from jxai_app.store.recovery import turn_abandon, turn_is_stale
+from jxai_app.store.wire import messages_to_wire
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,6 +58,91 @@ def _conflict() -> Exception:
     return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnOpened:
+    """What :func:`turn_open` saved and read, so the caller needs no second read."""
+
+    turn: TurnStart
+    """Hand it to ``TurnRecorder``."""
+    conversation: Conversation
+    """The conversation as the send saved it (status streaming, the new turn, its title,
+    model and ``updated_at``), updated in memory rather than read again."""
+    user_message: Message
+    """The saved user message."""
+    history: list[dict[str, Any]]
+    """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message."""
+
+
+def _history(conversation_id: uuid.UUID) -> tuple[list[Message], int]:
+    """The conversation's messages in position order (calls prefetched for the saved
+    assistant messages only, which are all the wire reads them for: one query, none when
+    there is no such message) and the next free position."""
+    messages = list(Message.objects.filter(conversation_id=conversation_id).order_by("position"))
+    assistants = [m for m in messages if m.role == MessageRole.ASSISTANT and m.status != MessageStatus.STREAMING]
+    if assistants:
+        prefetch_related_objects(assistants, Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
+    return messages, (messages[-1].position + 1 if messages else 0)
+
+
+def turn_open(
+    *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
+) -> TurnOpened:
+    """Start a turn in ``conversation``: the send's writes plus the history read, with no
+    read after them (CS-2; issue 4 "time to first token").
+
+    The caller has read ``conversation`` **in the current transaction, row-locked**
+    (:func:`~jxai_app.store.common.get_owned` with ``for_update=True``; on SQLite the
+    ``IMMEDIATE`` transaction holds the write lock), so the row cannot change before this
+    commits and the returned objects are what the database holds. Outside a transaction
+    this opens one of its own.
+
+    Statements on the happy path: the conditional UPDATE that claims the conversation (the
+    one-turn rule, across processes), one SELECT of the messages (+ one of their calls when
+    an assistant message exists), one INSERT of the user message and the placeholder.
+
+    Args:
+        conversation: the conversation, read as above (it is updated in place).
+        text: the user's message (not blank; length limits are the caller's, issue 6).
+        model: a model alias to switch the conversation to, or ``None`` to keep its model.
+        stale_after: a running turn silent this long is abandoned first (crash recovery).
+
+    Raises:
+        ProblemError: ``invalid-request`` (blank text), ``conflict`` while a live turn runs
+            (replaces CS-3's silent ignore).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise invalid("The message is empty.")
+    with transaction.atomic(savepoint=False):
+        cid = conversation.pk
+        if conversation.status == ConversationStatus.STREAMING:
+            if not (turn_is_stale(conversation, stale_after=stale_after)
+                    and turn_abandon(conversation_id=cid, turn_id=conversation.turn_id, stale_after=stale_after)):
+                raise _conflict()
+            conversation.refresh_from_db()
+        now = timezone.now()
+        changes: dict[str, Any] = {
+            "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+            "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
+        }
+        if model:
+            changes["model"] = model
+        # The guard itself: a row another send claimed first is not updated.
+        if not Conversation.objects.filter(pk=cid).exclude(status=ConversationStatus.STREAMING).update(**changes):
+            raise _conflict()
+        for name, value in changes.items():
+            setattr(conversation, name, value)
+        earlier, position = _history(cid)
+        user_message, placeholder = Message.objects.bulk_create([
+            Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text),
+            Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
+                    model=conversation.model, status=MessageStatus.STREAMING),
+        ])
+    turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
+                     assistant_message_id=placeholder.pk, model=conversation.model)
+    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message,
+                      history=messages_to_wire([*earlier, user_message]))
+
+
 @transaction.atomic
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str, text: str, model: str | None = None,
@@ -66,9 +150,10 @@ def message_send(
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (CS-2).
 
-    Two writes on the happy path: the conversation's conditional UPDATE (status streaming,
-    new turn id, error cleared, title from the text when empty, model when given) and one
-    INSERT of both messages.
+    The conversation's row is locked and read, then :func:`turn_open` makes the two writes
+    of the happy path: the conversation's conditional UPDATE (status streaming, new turn id,
+    error cleared, title from the text when empty, model when given) and one INSERT of both
+    messages.
 
     Args:
         user: the requesting user (must own the conversation).
@@ -83,35 +168,8 @@ def message_send(
     """
     if not isinstance(text, str) or not text.strip():
         raise invalid("The message is empty.")
-    rows = owned_one(user, conversation_id)
-    now = timezone.now()
-    turn_id = uuid.uuid4()
-    changes: dict[str, Any] = {
-        "status": ConversationStatus.STREAMING, "turn_id": turn_id, "turn_heartbeat": now,
-        "last_error": "", "last_problem": None, "updated_at": now,
-        "title": Case(When(title="", then=Value(title_from(text))), default="title"),
-    }
-    if model:
-        changes["model"] = model
-    idle = rows.exclude(status=ConversationStatus.STREAMING)
-    if not idle.update(**changes):
-        current = rows.first()
-        if current is None:
-            raise not_found()
-        revived = turn_is_stale(current, stale_after=stale_after) and turn_abandon(
-            conversation_id=current.pk, turn_id=current.turn_id, stale_after=stale_after
-        )
-        if not (revived and idle.update(**changes)):
-            raise _conflict()
-    cid, alias = rows.values_list("pk", "model").get()
-    position = next_position(cid)
-    user_message, placeholder = Message.objects.bulk_create([
-        Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text),
-        Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT, model=alias,
-                status=MessageStatus.STREAMING),
-    ])
-    return TurnStart(conversation_id=cid, turn_id=turn_id, user_message_id=user_message.pk,
-                     assistant_message_id=placeholder.pk, model=alias)
+    conversation = get_owned(user, conversation_id, for_update=True)
+    return turn_open(conversation=conversation, text=text, model=model, stale_after=stale_after).turn
 
 
 def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from jxai_app import conf, ratelimit, store, toolpolicy
 from jxai_app.errors import UnknownModelError
-from jxai_app.models import ConversationStatus, Message
+from jxai_app.models import ConversationStatus
 from jxai_app.problems import problem_error
 from jxai_app.providers import ModelConfig
 from jxai_app.serializers import conversation_dict, message_dict
@@ -108,10 +108,13 @@ def _resolve_model(alias: str | None) -> ModelConfig | None:
 
 
 def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool) -> _Begun:
-    """Create the conversation when asked, admit the turn (``admit``: the user's quota and
-    rate limit, :func:`jxai_app.ratelimit.check_turn_allowed`), save the user message and
-    the placeholder, all in one transaction: a refusal saves nothing. Then build the
-    turn's tool view."""
+    """Everything a send needs before the model request, in one thread hop and one short
+    transaction: create the conversation when asked, lock and read it, admit the turn
+    (``admit``: the user's quota and rate limit, :func:`jxai_app.ratelimit.check_turn_allowed`),
+    claim the conversation, read the history and save the user message and the placeholder
+    (:func:`jxai_app.store.turn_open`). A refusal or a conflict rolls it all back: nothing
+    saved, the provider not contacted. After the commit, the turn's tool view (its policy
+    rows are read outside the write transaction)."""
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
     with transaction.atomic():
@@ -119,7 +122,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         if created:
             conversation = store.conversation_create(user=user, model=(requested or registry.resolve(None)).alias)
         else:
-            conversation = store.conversation_get(user=user, conversation_id=conversation_id)
+            conversation = get_owned(user, conversation_id, for_update=True)
         if requested is not None:
             model = requested
         else:
@@ -129,13 +132,11 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
                 model = registry.resolve(None)
         if admit:
             ratelimit.check_turn_allowed(user)  # before the provider; rolled back with a conflict
-        turn = store.message_send(user=user, conversation_id=conversation.pk, text=text,
-                                  model=model.alias if model.alias != conversation.model else None)
-    conversation.refresh_from_db()
-    user_message = Message.objects.get(pk=turn.user_message_id)
-    return _Begun(turn=turn, conversation=conversation_dict(conversation), user_message=message_dict(user_message),
-                  history=store.to_messages(conversation), model=model, created=created,
-                  tools=tool_view(user, model))
+        opened = store.turn_open(conversation=conversation, text=text,
+                                 model=model.alias if model.alias != conversation.model else None)
+    return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
+                  user_message=message_dict(opened.user_message), history=opened.history, model=model,
+                  created=created, tools=tool_view(user, model))
 
 
 def _check_text(text: Any) -> str:

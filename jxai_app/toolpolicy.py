@@ -170,7 +170,10 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     definitions = registry.list()
     rules = load_rules(defn.name for defn in definitions)
     default = default_allowed()
-    group_ids, is_superuser = _user_groups(user)
+    if any(rule.group_ids for rule in rules.values()):
+        group_ids, is_superuser = _user_groups(user)
+    else:  # no rule limits a tool to groups: the user's groups cannot matter (one query less)
+        group_ids, is_superuser = frozenset(), False
     offered: set[str] = set()
     caps: dict[str, int] = {}
     copies: list[ToolDefinition] = []

@@ -63,6 +63,9 @@ logger = logging.getLogger("jxai_app.turns")
 
 KEEPALIVE_TICK_SECONDS = 3.0
 """The recorder is asked to flush at least this often (it writes a heartbeat only when due)."""
+YIELD_INTERVAL_SECONDS = 0.002
+"""Longest stretch the runner applies buffered events without letting other tasks (the
+sockets that send them) run."""
 
 
 def _read_message(pk: int) -> dict[str, Any] | None:
@@ -339,9 +342,21 @@ class TurnRunner:
         events = run_turn(client=client, tools=self._tools, history=self._history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
                           context_factory=self._context)
+        loop = asyncio.get_running_loop()
+        yielded = loop.time()
+        awaiting_output = True
         async with aclosing(events) as stream:
             async for event in stream:
                 await self._apply(event)
+                # A network read can hold many events that the HTTP stack hands over without
+                # ever suspending, so the sockets' tasks would wait for the whole burst: let
+                # them send a round's first output at once, and catch up at least every few ms.
+                if isinstance(event, RoundStartEvent):
+                    awaiting_output = True
+                elif awaiting_output or loop.time() - yielded >= YIELD_INTERVAL_SECONDS:
+                    awaiting_output = False
+                    await asyncio.sleep(0)
+                    yielded = loop.time()
 
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder

@@ -39,7 +39,7 @@ from typing import Any, Callable, Final, Mapping
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import FilteredRelation, Q
 
 from jxai_app import conf
 from jxai_app import usage as ledger
@@ -134,57 +134,55 @@ def turns_in_last_minute(user: Any) -> int:
 
 
 def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
-    """The user's allowance and today's tokens in one statement. Where the database has row
+    """The user's allowance and today's tokens in one statement (the user's row joined with
+    its ``UserLimits`` row and today's ``UsageLedger`` row). Where the database has row
     locks (PostgreSQL) the same statement locks the user's row until the transaction ends
     (``FOR NO KEY UPDATE``: rows that merely reference the user, such as conversations and
     tokens, are not blocked), which serialises that user's admissions across processes; on
     SQLite the ``IMMEDIATE`` transaction already holds the database's write lock."""
-    from jxai_app.models import UsageLedger, UserLimits
-
-    limits = UserLimits.objects.filter(user_id=OuterRef("pk"))
-    spent = (UsageLedger.objects.filter(user_id=OuterRef("pk"), day=_today(now))
-             .annotate(spent=F("input_tokens") + F("output_tokens")).values("spent")[:1])
     rows = get_user_model().objects.filter(pk=user.pk)
     if connection.features.has_select_for_update:
-        rows = rows.select_for_update(no_key=True)
-    row = rows.annotate(jxai_turns=Subquery(limits.values("turns_per_minute")[:1]),
-                        jxai_tokens=Subquery(limits.values("tokens_per_day")[:1]),
-                        jxai_spent=Subquery(spent)).values_list("jxai_turns", "jxai_tokens", "jxai_spent").first()
-    turns, tokens, used = row or (None, None, None)
+        rows = rows.select_for_update(no_key=True, of=("self",))
+    today = FilteredRelation("jxai_usage", condition=Q(jxai_usage__day=_today(now)))
+    found = list(rows.annotate(jxai_today=today).values_list(  # "pk": FOR … OF needs a column of the user
+        "pk", "jxai_limits__turns_per_minute", "jxai_limits__tokens_per_day", "jxai_today__input_tokens",
+        "jxai_today__output_tokens")[:1])
+    _, turns, tokens, spent_in, spent_out = found[0] if found else (None, None, None, None, None)
     defaults = conf.get_limits()
     return Allowance(
         turns_per_minute=int(defaults.turns_per_minute if turns is None else turns),
         tokens_per_day=int(defaults.tokens_per_day if tokens is None else tokens),
-    ), int(used or 0)
+    ), int(spent_in or 0) + int(spent_out or 0)
 
 
 def _take_turn(user: Any, limit: int, now: datetime) -> ProblemError | None:
     """Count the window's admissions (after :func:`_standing` locked the user) and add one;
-    else the refusal. Rows older than the window are deleted when there are any."""
+    else the refusal. Reads the user's newest ``limit + 1`` rows at most; rows older than
+    the window are deleted when an admission finds some."""
     from jxai_app.models import TurnAdmission
 
     since = now - WINDOW
-    times = sorted(TurnAdmission.objects.filter(user_id=user.pk).values_list("at", flat=True))
-    old = sum(1 for at in times if at <= since)
-    if old:
-        TurnAdmission.objects.filter(user_id=user.pk, at__lte=since).delete()
-    taken = times[old:]
+    newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at")
+                  .values_list("at", flat=True)[: limit + 1])
+    taken = [at for at in newest if at > since]
     if len(taken) < limit:
+        if len(taken) < len(newest):
+            TurnAdmission.objects.filter(user_id=user.pk, at__lte=since).delete()
         TurnAdmission.objects.create(user_id=user.pk, at=now)
         return None
     # One more fits once all but ``limit - 1`` of the window's turns have left it.
-    frees_at = taken[len(taken) - limit] + WINDOW
+    frees_at = taken[limit - 1] + WINDOW
     retry = max(1, math.ceil((frees_at - now).total_seconds()))
     return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
-                        retry_after=retry)
+                         retry_after=retry)
 
 
 def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot). Two or three statements (the
-    standing, the window, the admission; a fourth deletes rows that left the window), in
+    per minute (a turn refused for quota takes no slot). Three statements (the standing,
+    the window, the admission; a fourth deletes rows that left the window), in
     the caller's transaction when there is one (so a later refusal or conflict there rolls
     the admission back too), else in one of its own.
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,36 @@ def delta_frames(frames: list[dict[str, Any]]) -> list[str]:
     return texts
 
 
+def saved_answers(frames: list[dict[str, Any]]) -> list[str]:
+    """The content of every assistant message the server announced as saved (``message_saved``)."""
+    return [f["message"]["content"] for f in frames
+            if f.get("type") == "message_saved" and f["message"]["role"] == "assistant"]
+
+
+def turn_ends(frames: list[dict[str, Any]]) -> int:
+    """How many ``turn_end`` events the page received."""
+    return sum(1 for f in frames if f.get("type") == "events" for i in f["items"] if i["event"]["type"] == "turn_end")
+
+
+def idle_after(frames: list[dict[str, Any]], turns: int) -> bool:
+    """True once ``turns`` turns ended and a ``conversation`` frame reported the conversation idle after that."""
+    ended = 0
+    for frame in frames:
+        if frame.get("type") == "events":
+            ended += sum(1 for i in frame["items"] if i["event"]["type"] == "turn_end")
+        elif frame.get("type") == "conversation" and ended >= turns and frame["conversation"]["status"] == "idle":
+            return True
+    return False
+
+
+def wait_until(page: Any, condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll ``condition`` while the page keeps receiving frames; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        page.wait_for_timeout(100)
+
+
 def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestrator) -> None:
     started = time.monotonic()
     output = make_run.wait_for(READY, timeout=120)
@@ -161,7 +191,7 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
     children = descendants(make_run.process.pid)
     assert len(children) >= 2, children  # the model server and daphne
 
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     frames: list[dict[str, Any]] = []
     page_errors: list[str] = []
@@ -187,22 +217,27 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             page.get_by_test_id("composer").fill("What is the capital of France?")
             page.get_by_test_id("composer").press("Enter")
             answer = page.get_by_test_id("message-assistant").first.locator(".message-body")
-            page.get_by_test_id("stop").wait_for(state="hidden", timeout=60_000)
+            wait_until(page, lambda: idle_after(frames, 1), "the first turn's end")
+            expect(page.locator("[data-testid=message-assistant].streaming")).to_have_count(0)
             page.get_by_test_id("send").wait_for(state="visible")
             streamed = delta_frames(frames)
             assert len(streamed) >= 2, frames
-            shown = answer.inner_text().strip()
-            assert shown and shown == "".join(streamed).strip(), (shown, streamed)
+            assert "".join(streamed).strip(), streamed
+            assert saved_answers(frames) == ["".join(streamed)]  # saved exactly as streamed
+            shown = answer.inner_text()
+            assert re.search(r"\w", shown), shown  # shown (rendered as Markdown)
             saved = [f["conversation"] for f in frames if f.get("type") == "conversation"]
             assert saved[-1]["model"] == conf.LOCAL_MODEL_ALIAS and saved[-1]["status"] == "idle", saved[-1]
             page.screenshot(path=str(RESULTS / "make-run-answer.png"))
 
             # Reload: the conversation and its answer come back from the database.
+            before_reload = len(frames)
             page.reload()
             page.locator("html[data-connection='open']").wait_for(state="attached")
             page.get_by_test_id("message-user").filter(has_text="What is the capital of France?").wait_for()
-            assert page.get_by_test_id("message-assistant").first.locator(".message-body").inner_text().strip() \
-                == shown
+            expect(page.get_by_test_id("message-assistant").first.locator(".message-body")).to_have_text(shown)
+            snapshot = next(f for f in frames[before_reload:] if f.get("type") == "snapshot")
+            assert [m["content"] for m in snapshot["messages"] if m["role"] == "assistant"] == saved_answers(frames)
 
             # The calculator alias: the forced call runs the real tool, then the model answers.
             page.get_by_test_id("new-conversation").click()
@@ -212,8 +247,14 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             card = page.get_by_test_id("tool-call").first
             card.wait_for(timeout=60_000)
             assert card.locator(".tool-name").inner_text() == "calculate"
-            page.get_by_test_id("stop").wait_for(state="hidden", timeout=60_000)
-            assert card.get_attribute("data-state") in ("success", "failure"), card.get_attribute("data-state")
+            wait_until(page, lambda: idle_after(frames, 2), "the calculator turn's end")
+            expect(page.locator("[data-testid=message-assistant].streaming")).to_have_count(0)
+            page.get_by_test_id("send").wait_for(state="visible")
+            results = [i["event"] for f in frames if f.get("type") == "events" for i in f["items"]
+                       if i["event"]["type"] == "tool_result"]
+            assert [r["name"] for r in results] == ["calculate"], results  # the real tool ran once
+            # The model's arguments decide success ("6 * 7" → 42); the card shows what happened.
+            assert card.get_attribute("data-state") == ("success" if results[0]["success"] else "failure")
             assert page.get_by_test_id("message-assistant").count() == 2  # the call's round, then the answer's
             page.screenshot(path=str(RESULTS / "make-run-calculator.png"))
         except BaseException:

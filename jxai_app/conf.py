@@ -32,6 +32,7 @@ from jxai_app.agent import AgentPolicy
 from jxai_app.errors import ConfigurationError
 from jxai_app.providers import ModelRegistry
 from jxai_app.streaming import ClientTimeouts
+from jxai_app.streaming.pool import shared_pool
 from jxai_app.tools import ToolRegistry, default_registry
 
 LOCAL_PROVIDER = "local"
@@ -136,14 +137,17 @@ def get_client_timeouts() -> ClientTimeouts:
 
 
 def build_client(alias: str | None, *, transport: Any = None) -> Any:
-    """A streaming client for model ``alias`` (``None``: the default role).
+    """A streaming client for model ``alias`` (``None``: the default role). Without a
+    ``transport`` it sends through the process's shared, kept-alive connections
+    (:func:`jxai_app.streaming.pool.shared_pool`: no new TCP/TLS handshake per request).
 
     Raises:
         UnknownModelError: the alias is not configured.
     """
     registry = get_model_registry()
     model = registry.resolve(alias)
-    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport)
+    pool = shared_pool() if transport is None else None
+    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport, pool=pool)
 
 
 def get_agent_policy() -> AgentPolicy:

@@ -391,13 +391,15 @@ class ModelRegistry:
             for m in self._models.values()
         ]
 
-    def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None) -> Any:
+    def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None, pool: Any = None) -> Any:
         """Construct the streaming client for a model (SPEC §2), reading its key now.
 
         Args:
             alias: the model alias.
             timeouts: a ``jxai_app.streaming.ClientTimeouts`` (``None`` = the client's defaults).
             transport: an ``httpx.AsyncBaseTransport`` (tests), or ``None`` for the network.
+            pool: a ``jxai_app.streaming.pool.ConnectionPool`` whose kept-alive connections
+                the client uses (``None``: a fresh connection per request).
 
         Returns:
             An ``OpenAIChatClient``, ``AnthropicChatClient`` or ``ProxyChatClient``.
@@ -423,6 +425,7 @@ class ModelRegistry:
             "extra_headers": dict(provider.extra_headers) or None,
             "timeouts": timeouts,
             "transport": transport,
+            "pool": pool,
         }
         if provider.kind == "openai":
             return OpenAIChatClient(

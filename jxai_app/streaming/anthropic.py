@@ -46,6 +46,7 @@ from jxai_app.streaming.events import (
     UsageEvent,
 )
 from jxai_app.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.streaming.pool import ConnectionPool
 from jxai_app.streaming.sse import parse_payload
 
 ANTHROPIC_VERSION: Final[str] = "2023-06-01"
@@ -313,13 +314,14 @@ class AnthropicChatClient(BaseChatClient):
         extra_headers: added to every request (e.g. ``anthropic-beta``).
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
+        pool: shared kept-alive connections (:class:`~jxai_app.streaming.pool.ConnectionPool`).
     """
 
     def __init__(self, *, base_url: str = "https://api.anthropic.com/v1", model: str, api_key: str | None = None,
                  max_tokens: int = 4096, temperature: float | None = None,
                  extra_headers: Mapping[str, str] | None = None, timeouts: ClientTimeouts | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers)
+                 transport: httpx.AsyncBaseTransport | None = None, pool: ConnectionPool | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key

@@ -5,7 +5,8 @@ A provider client subclasses :class:`BaseChatClient` and supplies two things: ho
 the request (:meth:`BaseChatClient._prepare`) and a :class:`Normaliser` that turns the
 provider's SSE events (or a whole JSON body) into normalised events. Everything else is here:
 
-- the ``httpx`` exchange (a fresh ``AsyncClient`` per call, or an injected transport);
+- the ``httpx`` exchange (a fresh ``AsyncClient`` per call, the loop's client of a shared
+  :class:`~jxai_app.streaming.pool.ConnectionPool`, or an injected transport);
 - timeouts (:class:`ClientTimeouts`): connect, first byte, idle between body reads;
 - cancellation: a signal (``asyncio.Event`` or anything with ``is_set()``/``wait()``) is raced
   against every network wait, so a silent provider is abandoned at once; once it is set only
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Final, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Final, Mapping, Protocol, Sequence, runtime_checkable
 
 import httpx
 from httpx_sse import ServerSentEvent
@@ -33,12 +34,19 @@ from jxai_app.streaming.fault import MAX_ERROR_BODY, UpstreamFault, http_fault, 
 from jxai_app.streaming.guard import Cancelled as Cancelled, Guard as Guard, Signal as Signal  # re-exported
 from jxai_app.streaming.sse import SSEReader, is_complete_object
 
+if TYPE_CHECKING:
+    from jxai_app.streaming.pool import ConnectionPool
+
 logger = logging.getLogger(__name__)
 
 MAX_JSON_BODY: Final[int] = 16 * 1024 * 1024
 """Largest 2xx JSON (non-streamed) body read, in bytes."""
 
 _CANCELLED: Final[DoneEvent] = DoneEvent(stop_reason="cancelled")
+_TERMINAL: Final = (DoneEvent, ErrorEvent)
+DRAIN_SECONDS: Final[float] = 0.25
+"""After a pooled answer's last event, how long its body's end (the last chunk) may take to
+arrive before the connection is closed instead of going back to the pool."""
 
 
 
@@ -121,15 +129,18 @@ class BaseChatClient:
         transport: an ``httpx.AsyncBaseTransport`` to use instead of the network (tests pass
             ``httpx.MockTransport``); it is not closed by the client.
         extra_headers: headers added to every request (after the client's own, so they win).
+        pool: send through this pool's shared, kept-alive connections instead of a fresh
+            ``AsyncClient`` per call (ignored when ``transport`` is given).
     """
 
     _body_code_first: bool = False
     """Non-2xx: prefer the body's own string ``code`` over the status (proxy, SC-37)."""
 
     def __init__(self, *, timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 extra_headers: Mapping[str, str] | None = None) -> None:
+                 extra_headers: Mapping[str, str] | None = None, pool: ConnectionPool | None = None) -> None:
         self.timeouts = timeouts or ClientTimeouts()
         self.transport = transport
+        self.pool = pool if transport is None else None
         self.extra_headers: dict[str, str] = dict(extra_headers or {})
 
     # -- what a provider supplies ----------------------------------------------------------
@@ -206,15 +217,19 @@ class BaseChatClient:
         """Send the request and yield batches of events; raise faults; close the connection."""
         timeouts = self.timeouts
         loop = asyncio.get_running_loop()
-        client = httpx.AsyncClient(
-            transport=self.transport,
-            verify=_ssl_context() if self.transport is None else True,
-            timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None),
-            follow_redirects=False,
-        )
+        limits = httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None)
+        pool = self.pool
+        if pool is None:
+            client = httpx.AsyncClient(transport=self.transport, timeout=limits, follow_redirects=False,
+                                       verify=_ssl_context() if self.transport is None else True)
+        else:  # shared: only this response is closed below (and its connection when unfinished)
+            client = pool.client()
         response: httpx.Response | None = None
+        events: AsyncIterator[Sequence[StreamEvent]] | None = None
+        complete = False
         try:
-            request = client.build_request("POST", prepared.url, headers=prepared.headers, json=prepared.body)
+            request = client.build_request("POST", prepared.url, headers=prepared.headers, json=prepared.body,
+                                           timeout=limits)
             first_byte = timeouts.first_byte
             # Until the request is on the wire the connect limit applies too; then the
             # first-byte clock restarts (httpx's trace hook tells us when).
@@ -243,12 +258,16 @@ class BaseChatClient:
                 raise UpstreamFault("unexpected_response",
                                     f"The provider answered with {mime}, which is neither an event stream "
                                     "nor a chat completion.")
-            async for batch in self._read_events(response, guard, deadline[0], normaliser):
+            events = self._read_events(response, guard, deadline[0], normaliser)
+            async for batch in events:
+                complete = pool is not None and type(batch[-1]) in _TERMINAL
                 yield batch
         finally:
+            if complete and events is not None:  # read the body's end: the connection goes back to the pool
+                await _drain(events)
             if response is not None:
                 await response.aclose()
-            if self.transport is None:
+            if pool is None and self.transport is None:
                 await client.aclose()
 
     async def _read_events(self, response: httpx.Response, guard: Guard, deadline: float | None,
@@ -305,6 +324,18 @@ class BaseChatClient:
         if size >= limit and not truncate:
             raise UpstreamFault("unexpected_response", f"The provider's JSON answer is larger than {limit} bytes.")
         return body[:limit]
+
+
+async def _drain(batches: AsyncIterator[Sequence[StreamEvent]]) -> None:
+    """Read a complete pooled answer to its end (what follows its last event is normally
+    just the body's last chunk) within :data:`DRAIN_SECONDS`, so httpcore keeps the
+    connection; past that, or on any failure, it is closed as usual. Events are dropped."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in batches:
+                pass
+    except (TimeoutError, UpstreamFault, httpx.HTTPError, httpx.StreamError) as exc:
+        logger.debug("pooled answer not read to its end (%s); its connection is closed", type(exc).__name__)
 
 
 def _after(now: float, connect: float | None, first_byte: float | None) -> float | None:

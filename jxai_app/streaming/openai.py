@@ -27,6 +27,7 @@ from jxai_app.streaming.events import (
     UsageEvent,
 )
 from jxai_app.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.streaming.pool import ConnectionPool
 from jxai_app.streaming.sse import DONE, parse_payload
 from jxai_app.streaming.toolcalls import ToolCallAssembler, generated_call_id
 
@@ -246,13 +247,14 @@ class OpenAIChatClient(BaseChatClient):
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
         max_tokens: sent as ``max_tokens`` when set.
+        pool: shared kept-alive connections (:class:`~jxai_app.streaming.pool.ConnectionPool`).
     """
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None, temperature: float | None = None,
                  tool_choice: Any = "auto", extra_headers: Mapping[str, str] | None = None,
                  timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 max_tokens: int | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers)
+                 max_tokens: int | None = None, pool: ConnectionPool | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key

@@ -29,6 +29,7 @@ from jxai_app.problems import problem
 from jxai_app.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest
 from jxai_app.streaming.events import ErrorEvent, StreamEvent, event_from_dict
 from jxai_app.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.streaming.pool import ConnectionPool
 from jxai_app.streaming.sse import parse_payload
 
 DEFAULT_PROXY_MODEL: Final[str] = "gpt-4o"
@@ -83,14 +84,16 @@ class ProxyChatClient(BaseChatClient):
         extra_headers: added to every request.
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
+        pool: shared kept-alive connections (:class:`~jxai_app.streaming.pool.ConnectionPool`).
     """
 
     _body_code_first = True
 
     def __init__(self, *, chat_url: ChatURL, model: str | None = None, api_key: str | None = None,
                  api_base_url: str | None = None, extra_headers: Mapping[str, str] | None = None,
-                 timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers)
+                 timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 pool: ConnectionPool | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
         self.chat_url = chat_url
         self.model = model
         self.api_key = api_key

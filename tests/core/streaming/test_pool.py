@@ -1,0 +1,137 @@
+"""Shared provider connections (jxai_app.streaming.pool): a provider that keeps connections
+alive is reached over one warm connection, and Stop still closes the stream's own connection.
+
+The FakeProvider always answers ``Connection: close``, so these tests run their own small
+HTTP/1.1 server on 127.0.0.1 that keeps connections open and records which client port
+each request came from (one port = one TCP connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from jxai_app.streaming import OpenAIChatClient
+from jxai_app.streaming.pool import ConnectionPool
+from tests.core.streaming.conftest import USER, collect
+from tests.support.fake_provider import openai_text_stream
+
+
+class KeepAliveProvider:
+    """An OpenAI-compatible endpoint that keeps connections alive. ``hold=True`` sends the
+    first delta, then waits for the client to close the connection (``closed_by_client``)."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.hold = False
+        self.closed_by_client = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.ports.append(self.client_address[1])
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                writes = openai_text_stream(["Hel", "lo"])
+                for data in writes[:2] if outer.hold else writes:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                if outer.hold:
+                    self._wait_for_close()
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+            def _wait_for_close(self) -> None:
+                sock: socket.socket = self.connection
+                readable, _, _ = select.select([sock], [], [], 5.0)
+                if readable and not sock.recv(65536):
+                    outer.closed_by_client.set()
+                self.close_connection = True
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def provider() -> Iterator[KeepAliveProvider]:
+    server = KeepAliveProvider()
+    yield server
+    server.stop()
+
+
+def text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["content"] for e in events if e["type"] == "delta")
+
+
+async def test_a_pool_answers_over_one_kept_alive_connection(provider: KeepAliveProvider) -> None:
+    pool = ConnectionPool()
+    for _ in range(3):
+        client = OpenAIChatClient(base_url=provider.url, model="m", pool=pool)  # a new client per turn
+        events = await collect(client.stream_chat(USER, [], ""))
+        assert text(events) == "Hello" and events[-1] == {"type": "done", "stopReason": "stop"}
+    assert len(provider.ports) == 3 and len(set(provider.ports)) == 1
+    await pool.aclose()
+
+
+async def test_without_a_pool_every_answer_opens_its_own_connection(provider: KeepAliveProvider) -> None:
+    for _ in range(2):
+        events = await collect(OpenAIChatClient(base_url=provider.url, model="m").stream_chat(USER, [], ""))
+        assert text(events) == "Hello"
+    assert len(set(provider.ports)) == 2
+
+
+async def test_stop_closes_the_streams_connection_and_the_pool_goes_on(provider: KeepAliveProvider) -> None:
+    pool = ConnectionPool()
+    client = OpenAIChatClient(base_url=provider.url, model="m", pool=pool)
+    provider.hold = True
+    signal = asyncio.Event()
+    seen: list[dict[str, Any]] = []
+    async for event in client.stream_chat(USER, [], "", signal=signal):
+        seen.append(event.to_dict())
+        if event.to_dict()["type"] == "delta":
+            signal.set()
+    assert seen[-1] == {"type": "done", "stopReason": "cancelled"}
+    assert await asyncio.to_thread(provider.closed_by_client.wait, 1.0), "the upstream connection stayed open"
+    provider.hold = False
+    events = await collect(client.stream_chat(USER, [], ""))
+    assert text(events) == "Hello" and len(set(provider.ports)) == 2  # a fresh connection after the cut one
+    await pool.aclose()
+
+
+async def test_one_client_per_event_loop() -> None:
+    pool = ConnectionPool()
+    first = pool.client()
+    assert pool.client() is first
+    other = await asyncio.to_thread(lambda: asyncio.run(_client_of(pool)))
+    assert other is not first
+    await pool.aclose()
+    assert first.is_closed and pool.client() is not first
+    await pool.aclose()
+
+
+async def _client_of(pool: ConnectionPool) -> Any:
+    client = pool.client()
+    await pool.aclose()
+    return client

@@ -38,13 +38,13 @@ from typing import Any, Callable, Final, Mapping
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
-from django.db.models import FilteredRelation, Q
+from django.db import transaction
 
 from jxai_app import conf
 from jxai_app import usage as ledger
 from jxai_app.errors import ProblemError
 from jxai_app.problems import problem_error
+from jxai_app.store import sql
 
 __all__ = [
     "Allowance",
@@ -135,19 +135,26 @@ def turns_in_last_minute(user: Any) -> int:
 
 def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
     """The user's allowance and today's tokens in one statement (the user's row joined with
-    its ``UserLimits`` row and today's ``UsageLedger`` row). Where the database has row
-    locks (PostgreSQL) the same statement locks the user's row until the transaction ends
-    (``FOR NO KEY UPDATE``: rows that merely reference the user, such as conversations and
-    tokens, are not blocked), which serialises that user's admissions across processes; on
-    SQLite the ``IMMEDIATE`` transaction already holds the database's write lock."""
-    rows = get_user_model().objects.filter(pk=user.pk)
-    if connection.features.has_select_for_update:
-        rows = rows.select_for_update(no_key=True, of=("self",))
-    today = FilteredRelation("jxai_usage", condition=Q(jxai_usage__day=_today(now)))
-    found = list(rows.annotate(jxai_today=today).values_list(  # "pk": FOR … OF needs a column of the user
-        "pk", "jxai_limits__turns_per_minute", "jxai_limits__tokens_per_day", "jxai_today__input_tokens",
-        "jxai_today__output_tokens")[:1])
-    _, turns, tokens, spent_in, spent_out = found[0] if found else (None, None, None, None, None)
+    its ``UserLimits`` row and today's ``UsageLedger`` row; :mod:`jxai_app.store.sql`).
+    Where the database has row locks (PostgreSQL) the same statement locks the user's row
+    until the transaction ends (``FOR NO KEY UPDATE``: rows that merely reference the user,
+    such as conversations and tokens, are not blocked), which serialises that user's
+    admissions across processes; on SQLite the ``IMMEDIATE`` transaction already holds the
+    database's write lock."""
+    from jxai_app.models import UsageLedger, UserLimits
+
+    users = get_user_model()
+    statement = (
+        f"SELECT lim.{sql.column(UserLimits, 'turns_per_minute')}, lim.{sql.column(UserLimits, 'tokens_per_day')}, "
+        f"led.{sql.column(UsageLedger, 'input_tokens')}, led.{sql.column(UsageLedger, 'output_tokens')} "
+        f"FROM {sql.table(users)} usr "
+        f"LEFT JOIN {sql.table(UserLimits)} lim ON lim.{sql.column(UserLimits, 'user')} = usr.{sql.column(users, 'id')} "
+        f"LEFT JOIN {sql.table(UsageLedger)} led ON led.{sql.column(UsageLedger, 'user')} = usr.{sql.column(users, 'id')} "
+        f"AND led.{sql.column(UsageLedger, 'day')} = %s "
+        f"WHERE usr.{sql.column(users, 'id')} = %s{sql.locking('usr', no_key=True)}"
+    )
+    rows, _ = sql.execute(statement, [sql.value(UsageLedger, "day", _today(now)), user.pk])
+    turns, tokens, spent_in, spent_out = rows[0] if rows else (None, None, None, None)
     defaults = conf.get_limits()
     return Allowance(
         turns_per_minute=int(defaults.turns_per_minute if turns is None else turns),
@@ -157,22 +164,23 @@ def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
 
 def _take_turn(user: Any, limit: int, now: datetime) -> ProblemError | None:
     """Count the window's admissions (after :func:`_standing` locked the user) and add one;
-    else the refusal. Reads the user's newest ``limit + 1`` rows at most; rows older than
-    the window are deleted when an admission finds some."""
+    else the refusal. Rows older than the window are deleted when an admission finds some."""
     from jxai_app.models import TurnAdmission
 
-    since = now - WINDOW
-    newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at")
-                  .values_list("at", flat=True)[: limit + 1])
-    taken = [at for at in newest if at > since]
-    if len(taken) < limit:
-        if len(taken) < len(newest):
-            TurnAdmission.objects.filter(user_id=user.pk, at__lte=since).delete()
-        TurnAdmission.objects.create(user_id=user.pk, at=now)
+    since = sql.value(TurnAdmission, "at", now - WINDOW)
+    at, user_id, rows_of = sql.column(TurnAdmission, "at"), sql.column(TurnAdmission, "user"), sql.table(TurnAdmission)
+    counts, _ = sql.execute(f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {at} > %s THEN 1 ELSE 0 END), 0) "
+                            f"FROM {rows_of} WHERE {user_id} = %s", [since, user.pk])
+    total, taken = (int(n) for n in counts[0])
+    if taken < limit:
+        if total > taken:
+            sql.execute(f"DELETE FROM {rows_of} WHERE {user_id} = %s AND {at} <= %s", [user.pk, since])
+        sql.execute(f"INSERT INTO {rows_of} ({user_id}, {at}) VALUES (%s, %s)",
+                    [user.pk, sql.save_value(TurnAdmission, "at", now)])
         return None
     # One more fits once all but ``limit - 1`` of the window's turns have left it.
-    frees_at = taken[limit - 1] + WINDOW
-    retry = max(1, math.ceil((frees_at - now).total_seconds()))
+    newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at").values_list("at", flat=True)[:limit])
+    retry = max(1, math.ceil((newest[-1] + WINDOW - now).total_seconds()))
     return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
                          retry_after=retry)
 
@@ -181,8 +189,8 @@ def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot). Three statements (the standing,
-    the window, the admission; a fourth deletes rows that left the window), in
+    per minute (a turn refused for quota takes no slot). Three hand-written statements (the
+    standing, the window, the admission; a fourth deletes rows that left the window), in
     the caller's transaction when there is one (so a later refusal or conflict there rolls
     the admission back too), else in one of its own.
 

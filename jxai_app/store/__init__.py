@@ -26,7 +26,11 @@ A running turn writes through a :class:`TurnRecorder` (bounded writes; see its m
 
 from __future__ import annotations
 
-from jxai_app.store.common import FLUSH_INTERVAL_SECONDS, KEEPALIVE_INTERVAL_SECONDS, STALE_AFTER_SECONDS
+from jxai_app.store.common import (
+    FLUSH_INTERVAL_SECONDS,
+    KEEPALIVE_INTERVAL_SECONDS,
+    STALE_AFTER_SECONDS,
+)
 from jxai_app.store.conversation import (
     conversation_create,
     conversation_delete,
@@ -39,9 +43,20 @@ from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
 from jxai_app.store.search import conversation_search
 from jxai_app.store.turn import (
-    TurnOpened, TurnStart, message_retry, message_send, tool_result_attach, turn_cancel, turn_open,
+    TurnOpened,
+    TurnStart,
+    message_retry,
+    message_send,
+    tool_result_attach,
+    turn_cancel,
+    turn_open,
 )
-from jxai_app.store.usage import context_tokens, context_warning, usage_estimate, usage_from
+from jxai_app.store.usage import (
+    context_tokens,
+    context_warning,
+    usage_estimate,
+    usage_from,
+)
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [

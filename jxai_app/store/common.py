@@ -15,6 +15,7 @@ from django.db.models import Max, QuerySet
 from jxai_app.errors import ProblemError
 from jxai_app.models import Conversation, Message
 from jxai_app.problems import problem_error
+from jxai_app.store import sql
 
 FLUSH_INTERVAL_SECONDS: Final[float] = 2.0
 """Most one placeholder write per this many seconds while streaming (SPEC §6)."""
@@ -82,6 +83,26 @@ def get_owned(user: Any, conversation_id: Any, *, for_update: bool = False) -> C
     if conversation is None:
         raise not_found()
     return conversation
+
+
+def lock_owned(user: Any, conversation_id: Any) -> Conversation:
+    """:func:`get_owned` with ``for_update=True`` in one hand-written statement (the send
+    path, :mod:`jxai_app.store.sql`): the row of a conversation ``user`` owns, locked until
+    the transaction ends where the database has row locks.
+
+    Raises:
+        ProblemError: ``not-found`` for a missing, foreign or malformed id (or no user).
+    """
+    cid = parse_id(conversation_id)
+    if cid is None or user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
+        raise not_found()
+    columns = ", ".join(sql.name(f.column) for f in Conversation._meta.concrete_fields)
+    statement = (f"SELECT {columns} FROM {sql.table(Conversation)} WHERE {sql.column(Conversation, 'id')} = %s "
+                 f"AND {sql.column(Conversation, 'owner')} = %s{sql.locking()}")
+    found = list(Conversation.objects.raw(statement, [sql.value(Conversation, "id", cid), user.pk]))
+    if not found:
+        raise not_found()
+    return found[0]
 
 
 def next_position(conversation_id: uuid.UUID) -> int:

@@ -27,10 +27,12 @@ from jxai_app.models import (
     ToolCall,
 )
 from jxai_app.problems import problem_error
+from jxai_app.store import sql
 from jxai_app.store.common import (
     STALE_AFTER_SECONDS,
     get_owned,
     invalid,
+    lock_owned,
     next_position,
     title_from,
 )
@@ -74,14 +76,30 @@ class TurnOpened:
 
 
 def _history(conversation_id: uuid.UUID) -> tuple[list[Message], int]:
-    """The conversation's messages in position order (calls prefetched for the saved
-    assistant messages only, which are all the wire reads them for: one query, none when
-    there is no such message) and the next free position."""
-    messages = list(Message.objects.filter(conversation_id=conversation_id).order_by("position"))
+    """The conversation's messages in position order (one hand-written statement; the calls
+    prefetched for the saved assistant messages only, which are all the wire reads them
+    for: one query, none when there is no such message) and the next free position."""
+    columns = ", ".join(sql.name(f.column) for f in Message._meta.concrete_fields)
+    statement = (f"SELECT {columns} FROM {sql.table(Message)} WHERE {sql.column(Message, 'conversation')} = %s "
+                 f"ORDER BY {sql.column(Message, 'position')}")
+    messages = list(Message.objects.raw(statement, [sql.value(Conversation, "id", conversation_id)]))
     assistants = [m for m in messages if m.role == MessageRole.ASSISTANT and m.status != MessageStatus.STREAMING]
     if assistants:
         prefetch_related_objects(assistants, Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
     return messages, (messages[-1].position + 1 if messages else 0)
+
+
+def _claim(conversation_id: uuid.UUID, changes: dict[str, Any]) -> bool:
+    """The one-turn rule itself: ``UPDATE … SET changes WHERE id = … AND NOT status =
+    'streaming'`` (one hand-written statement). False when another send claimed the row
+    first (or it is gone)."""
+    assignments = ", ".join(f"{sql.column(Conversation, field)} = %s" for field in changes)
+    statement = (f"UPDATE {sql.table(Conversation)} SET {assignments} WHERE {sql.column(Conversation, 'id')} = %s "
+                 f"AND NOT ({sql.column(Conversation, 'status')} = %s)")
+    params = [sql.save_value(Conversation, field, data) for field, data in changes.items()]
+    _, count = sql.execute(statement, [*params, sql.value(Conversation, "id", conversation_id),
+                                       ConversationStatus.STREAMING.value])
+    return count == 1
 
 
 def turn_open(
@@ -91,14 +109,14 @@ def turn_open(
     read after them (CS-2; issue 4 "time to first token").
 
     The caller has read ``conversation`` **in the current transaction, row-locked**
-    (:func:`~jxai_app.store.common.get_owned` with ``for_update=True``; on SQLite the
-    ``IMMEDIATE`` transaction holds the write lock), so the row cannot change before this
-    commits and the returned objects are what the database holds. Outside a transaction
-    this opens one of its own.
+    (:func:`~jxai_app.store.common.lock_owned`; on SQLite the ``IMMEDIATE`` transaction
+    holds the write lock), so the row cannot change before this commits and the returned
+    objects are what the database holds. Outside a transaction this opens one of its own.
 
     Statements on the happy path: the conditional UPDATE that claims the conversation (the
     one-turn rule, across processes), one SELECT of the messages (+ one of their calls when
-    an assistant message exists), one INSERT of the user message and the placeholder.
+    an assistant message exists), one INSERT of the user message and the placeholder; the
+    first two hand-written (:mod:`jxai_app.store.sql`).
 
     Args:
         conversation: the conversation, read as above (it is updated in place).
@@ -126,8 +144,7 @@ def turn_open(
         }
         if model:
             changes["model"] = model
-        # The guard itself: a row another send claimed first is not updated.
-        if not Conversation.objects.filter(pk=cid).exclude(status=ConversationStatus.STREAMING).update(**changes):
+        if not _claim(cid, changes):
             raise _conflict()
         for name, value in changes.items():
             setattr(conversation, name, value)
@@ -168,7 +185,7 @@ def message_send(
     """
     if not isinstance(text, str) or not text.strip():
         raise invalid("The message is empty.")
-    conversation = get_owned(user, conversation_id, for_update=True)
+    conversation = lock_owned(user, conversation_id)
     return turn_open(conversation=conversation, text=text, model=model, stale_after=stale_after).turn
 
 

@@ -22,7 +22,7 @@ from jxai_app.models import ConversationStatus
 from jxai_app.problems import problem_error
 from jxai_app.providers import ModelConfig
 from jxai_app.serializers import conversation_dict, message_dict
-from jxai_app.store.common import get_owned, parse_id
+from jxai_app.store.common import get_owned, lock_owned, parse_id
 from jxai_app.streaming.events import ErrorEvent
 from jxai_app.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.turns import names
@@ -122,7 +122,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         if created:
             conversation = store.conversation_create(user=user, model=(requested or registry.resolve(None)).alias)
         else:
-            conversation = get_owned(user, conversation_id, for_update=True)
+            conversation = lock_owned(user, conversation_id)
         if requested is not None:
             model = requested
         else:

@@ -18,11 +18,12 @@ does, and left out on SQLite, whose ``IMMEDIATE`` transaction holds the write lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection, models
 
-__all__ = ["column", "execute", "locking", "name", "save_value", "table", "value"]
+__all__ = ["column", "execute", "insert", "locking", "name", "save_value", "table", "value"]
 
 
 def name(identifier: str) -> str:
@@ -71,3 +72,32 @@ def execute(sql: str, params: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
         cursor.execute(sql, params)
         rows = list(cursor.fetchall()) if cursor.description else []
         return rows, cursor.rowcount
+
+
+def insert(objects: Sequence[models.Model]) -> None:
+    """Save new instances of one model in one ``INSERT … RETURNING`` (what ``bulk_create``
+    does, without its query building) and set their primary keys.
+
+    Every concrete field but the auto primary key is written, its value taken as
+    ``bulk_create`` takes it (``pre_save``: ``auto_now``/``auto_now_add`` stamp the
+    instance). Falls back to ``bulk_create`` where the database cannot return the new keys
+    or a value is an expression (a ``db_default``).
+    """
+    if not objects:
+        return
+    model = type(objects[0])
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields] for obj in objects]
+    if (meta.auto_field is None or not connection.features.can_return_rows_from_bulk_insert
+            or any(hasattr(v, "as_sql") for row in rows for v in row)):
+        model._default_manager.bulk_create(objects)
+        return
+    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    statement = (f"INSERT INTO {table(model)} ({', '.join(name(f.column) for f in fields)}) "
+                 f"VALUES {', '.join([marks] * len(rows))} RETURNING {name(meta.auto_field.column)}")
+    keys, _ = execute(statement, [v for row in rows for v in row])
+    for obj, (key,) in zip(objects, keys, strict=True):
+        obj.pk = key
+        obj._state.adding = False
+        obj._state.db = connection.alias

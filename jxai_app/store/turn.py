@@ -115,8 +115,8 @@ def turn_open(
 
     Statements on the happy path: the conditional UPDATE that claims the conversation (the
     one-turn rule, across processes), one SELECT of the messages (+ one of their calls when
-    an assistant message exists), one INSERT of the user message and the placeholder; the
-    first two hand-written (:mod:`jxai_app.store.sql`).
+    an assistant message exists), one INSERT of the user message and the placeholder; all
+    but the calls' hand-written (:mod:`jxai_app.store.sql`).
 
     Args:
         conversation: the conversation, read as above (it is updated in place).
@@ -149,11 +149,10 @@ def turn_open(
         for name, value in changes.items():
             setattr(conversation, name, value)
         earlier, position = _history(cid)
-        user_message, placeholder = Message.objects.bulk_create([
-            Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text),
-            Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
-                    model=conversation.model, status=MessageStatus.STREAMING),
-        ])
+        user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
+        placeholder = Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
+                              model=conversation.model, status=MessageStatus.STREAMING)
+        sql.insert([user_message, placeholder])
     turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
                      assistant_message_id=placeholder.pk, model=conversation.model)
     return TurnOpened(turn=turn, conversation=conversation, user_message=user_message,

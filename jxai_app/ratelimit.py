@@ -133,18 +133,12 @@ def turns_in_last_minute(user: Any) -> int:
     return TurnAdmission.objects.filter(user_id=user.pk, at__gt=_now() - WINDOW).count()
 
 
-def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
-    """The user's allowance and today's tokens in one statement (the user's row joined with
-    its ``UserLimits`` row and today's ``UsageLedger`` row; :mod:`jxai_app.store.sql`).
-    Where the database has row locks (PostgreSQL) the same statement locks the user's row
-    until the transaction ends (``FOR NO KEY UPDATE``: rows that merely reference the user,
-    such as conversations and tokens, are not blocked), which serialises that user's
-    admissions across processes; on SQLite the ``IMMEDIATE`` transaction already holds the
-    database's write lock."""
+@sql.statement
+def _standing_row() -> str:
     from jxai_app.models import UsageLedger, UserLimits
 
     users = get_user_model()
-    statement = (
+    return (
         f"SELECT lim.{sql.column(UserLimits, 'turns_per_minute')}, lim.{sql.column(UserLimits, 'tokens_per_day')}, "
         f"led.{sql.column(UsageLedger, 'input_tokens')}, led.{sql.column(UsageLedger, 'output_tokens')} "
         f"FROM {sql.table(users)} usr "
@@ -153,7 +147,33 @@ def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
         f"AND led.{sql.column(UsageLedger, 'day')} = %s "
         f"WHERE usr.{sql.column(users, 'id')} = %s{sql.locking('usr', no_key=True)}"
     )
-    rows, _ = sql.execute(statement, [sql.value(UsageLedger, "day", _today(now)), user.pk])
+
+
+@sql.statement
+def _window_rows(kind: str) -> str:
+    """``count``: all of a user's admissions and those after a time; ``prune``: delete
+    those at or before a time; ``add``: one more."""
+    from jxai_app.models import TurnAdmission
+
+    at, user_id, rows = sql.column(TurnAdmission, "at"), sql.column(TurnAdmission, "user"), sql.table(TurnAdmission)
+    if kind == "count":
+        return f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {at} > %s THEN 1 ELSE 0 END), 0) FROM {rows} WHERE {user_id} = %s"
+    if kind == "prune":
+        return f"DELETE FROM {rows} WHERE {user_id} = %s AND {at} <= %s"
+    return f"INSERT INTO {rows} ({user_id}, {at}) VALUES (%s, %s)"
+
+
+def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
+    """The user's allowance and today's tokens in one statement (the user's row joined with
+    its ``UserLimits`` row and today's ``UsageLedger`` row; :mod:`jxai_app.store.sql`).
+    Where the database has row locks (PostgreSQL) the same statement locks the user's row
+    until the transaction ends (``FOR NO KEY UPDATE``: rows that merely reference the user,
+    such as conversations and tokens, are not blocked), which serialises that user's
+    admissions across processes; on SQLite the ``IMMEDIATE`` transaction already holds the
+    database's write lock."""
+    from jxai_app.models import UsageLedger
+
+    rows, _ = sql.execute(_standing_row(), [sql.value(UsageLedger, "day", _today(now)), user.pk])
     turns, tokens, spent_in, spent_out = rows[0] if rows else (None, None, None, None)
     defaults = conf.get_limits()
     return Allowance(
@@ -168,15 +188,12 @@ def _take_turn(user: Any, limit: int, now: datetime) -> ProblemError | None:
     from jxai_app.models import TurnAdmission
 
     since = sql.value(TurnAdmission, "at", now - WINDOW)
-    at, user_id, rows_of = sql.column(TurnAdmission, "at"), sql.column(TurnAdmission, "user"), sql.table(TurnAdmission)
-    counts, _ = sql.execute(f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {at} > %s THEN 1 ELSE 0 END), 0) "
-                            f"FROM {rows_of} WHERE {user_id} = %s", [since, user.pk])
+    counts, _ = sql.execute(_window_rows("count"), [since, user.pk])
     total, taken = (int(n) for n in counts[0])
     if taken < limit:
         if total > taken:
-            sql.execute(f"DELETE FROM {rows_of} WHERE {user_id} = %s AND {at} <= %s", [user.pk, since])
-        sql.execute(f"INSERT INTO {rows_of} ({user_id}, {at}) VALUES (%s, %s)",
-                    [user.pk, sql.save_value(TurnAdmission, "at", now)])
+            sql.execute(_window_rows("prune"), [user.pk, since])
+        sql.execute(_window_rows("add"), [user.pk, sql.save_value(TurnAdmission, "at", now)])
         return None
     # One more fits once all but ``limit - 1`` of the window's turns have left it.
     newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at").values_list("at", flat=True)[:limit])

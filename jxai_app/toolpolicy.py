@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import prefetch_related_objects
 
 from jxai_app.errors import ToolError
+from jxai_app.store import sql
 from jxai_app.tools import GatedToolRegistry, ToolDefinition, ToolRegistry, ToolView
 
 __all__ = ["ToolRule", "default_allowed", "load_rules", "tool_view_for", "who_may_use"]
@@ -92,6 +94,17 @@ class ToolRule:
         return "every user"
 
 
+@sql.statement
+def _policy_rows(count: int | None) -> str:
+    """The ``ToolPolicy`` rows (all, or those whose name is one of ``count`` parameters)."""
+    from jxai_app.models import ToolPolicy
+
+    text = f"SELECT {sql.columns(ToolPolicy)} FROM {sql.table(ToolPolicy)}"
+    if count is not None:
+        text += f" WHERE {sql.column(ToolPolicy, 'tool_name')} IN ({', '.join(['%s'] * count)})"
+    return text
+
+
 def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query for
     the rows, hand-written (:mod:`jxai_app.store.sql`); one for their groups when there
@@ -100,19 +113,13 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     Args:
         names: only these tools; ``None`` for every row.
     """
-    from django.db.models import prefetch_related_objects
-
     from jxai_app.models import ToolPolicy
-    from jxai_app.store import sql
 
-    columns = ", ".join(sql.name(f.column) for f in ToolPolicy._meta.concrete_fields)
-    statement = f"SELECT {columns} FROM {sql.table(ToolPolicy)}"
     wanted = None if names is None else list(names)
-    if wanted is not None:
-        if not wanted:
-            return {}
-        statement += f" WHERE {sql.column(ToolPolicy, 'tool_name')} IN ({', '.join(['%s'] * len(wanted))})"
-    rows = list(ToolPolicy.objects.raw(statement, wanted or []))  # every turn reads this: no ORM query building
+    if wanted == []:
+        return {}
+    # every turn reads these: a remembered statement instead of ORM query building
+    rows = list(ToolPolicy.objects.raw(_policy_rows(None if wanted is None else len(wanted)), wanted or []))
     if rows:
         prefetch_related_objects(rows, "allowed_groups")
     rules: dict[str, ToolRule] = {}

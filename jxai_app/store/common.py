@@ -85,6 +85,12 @@ def get_owned(user: Any, conversation_id: Any, *, for_update: bool = False) -> C
     return conversation
 
 
+@sql.statement
+def _locked_row() -> str:
+    return (f"SELECT {sql.columns(Conversation)} FROM {sql.table(Conversation)} "
+            f"WHERE {sql.column(Conversation, 'id')} = %s AND {sql.column(Conversation, 'owner')} = %s{sql.locking()}")
+
+
 def lock_owned(user: Any, conversation_id: Any) -> Conversation:
     """:func:`get_owned` with ``for_update=True`` in one hand-written statement (the send
     path, :mod:`jxai_app.store.sql`): the row of a conversation ``user`` owns, locked until
@@ -96,10 +102,7 @@ def lock_owned(user: Any, conversation_id: Any) -> Conversation:
     cid = parse_id(conversation_id)
     if cid is None or user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
         raise not_found()
-    columns = ", ".join(sql.name(f.column) for f in Conversation._meta.concrete_fields)
-    statement = (f"SELECT {columns} FROM {sql.table(Conversation)} WHERE {sql.column(Conversation, 'id')} = %s "
-                 f"AND {sql.column(Conversation, 'owner')} = %s{sql.locking()}")
-    found = list(Conversation.objects.raw(statement, [sql.value(Conversation, "id", cid), user.pk]))
+    found = list(Conversation.objects.raw(_locked_row(), [sql.value(Conversation, "id", cid), user.pk]))
     if not found:
         raise not_found()
     return found[0]

@@ -13,22 +13,43 @@ converters. Everything else keeps using the ORM.
 
 Only plain SQL that SQLite and PostgreSQL both accept; row locks (``FOR UPDATE``) are
 added where the database has them (:func:`locking`), as the ORM's ``select_for_update``
-does, and left out on SQLite, whose ``IMMEDIATE`` transaction holds the write lock.
+does, and left out on SQLite, whose ``IMMEDIATE`` transaction holds the write lock. Each
+statement's text is built once per database vendor (:func:`statement`); only the values
+change between calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 
-__all__ = ["column", "execute", "insert", "locking", "name", "save_value", "table", "value"]
+__all__ = ["column", "execute", "insert", "locking", "name", "save_value", "statement", "table", "value"]
+
+
+def _db() -> Any:
+    """The default database's connection wrapper of this thread (one lookup: the module
+    level ``django.db.connection`` proxy looks it up again on every attribute)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def statement(build: Callable[..., str]) -> Callable[..., str]:
+    """Decorator: ``build(*key)`` (hashable arguments) returns a statement's text; it runs
+    once per database vendor and key, later calls return the remembered text."""
+    remembered = functools.cache(lambda vendor, *key: build(*key))
+
+    @functools.wraps(build)
+    def text(*key: Any) -> str:
+        return str(remembered(_db().vendor, *key))
+
+    return text
 
 
 def name(identifier: str) -> str:
     """``identifier`` quoted for the database (a table, column or alias)."""
-    return str(connection.ops.quote_name(identifier))
+    return str(_db().ops.quote_name(identifier))
 
 
 def table(model: type[models.Model]) -> str:
@@ -38,17 +59,23 @@ def table(model: type[models.Model]) -> str:
 
 def column(model: type[models.Model], field: str) -> str:
     """The quoted column of ``model.field`` (``"owner"`` gives ``"owner_id"``)."""
-    return name(model._meta.get_field(field).column)  # type: ignore[union-attr]
+    return name(model._meta.get_field(field).column)
+
+
+def columns(model: type[models.Model]) -> str:
+    """Every concrete column of the model, quoted, comma-separated (what ``Manager.raw``
+    needs to build whole instances)."""
+    return ", ".join(name(f.column) for f in model._meta.concrete_fields)
 
 
 def value(model: type[models.Model], field: str, data: Any) -> Any:
     """``data`` as the database compares it with ``model.field`` (a lookup parameter)."""
-    return model._meta.get_field(field).get_db_prep_value(data, connection)  # type: ignore[union-attr]
+    return model._meta.get_field(field).get_db_prep_value(data, _db())
 
 
 def save_value(model: type[models.Model], field: str, data: Any) -> Any:
     """``data`` as the database stores it in ``model.field`` (an INSERT/UPDATE parameter)."""
-    return model._meta.get_field(field).get_db_prep_save(data, connection)  # type: ignore[union-attr]
+    return model._meta.get_field(field).get_db_prep_save(data, _db())
 
 
 def locking(of: str | None = None, *, no_key: bool = False) -> str:
@@ -59,19 +86,28 @@ def locking(of: str | None = None, *, no_key: bool = False) -> str:
         of: lock only this table or alias of the query (the others are not locked).
         no_key: ``NO KEY UPDATE`` (rows that merely reference the locked one stay free).
     """
-    features = connection.features
+    features = _db().features
     if not features.has_select_for_update:
         return ""
     clause = " FOR NO KEY UPDATE" if no_key and features.has_select_for_no_key_update else " FOR UPDATE"
     return clause + (f" OF {of}" if of and features.has_select_for_update_of else "")
 
 
-def execute(sql: str, params: list[Any]) -> tuple[list[tuple[Any, ...]], int]:
+def execute(sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int]:
     """Run one statement; its rows (``[]`` for none) and its row count."""
-    with connection.cursor() as cursor:
+    with _db().cursor() as cursor:
         cursor.execute(sql, params)
         rows = list(cursor.fetchall()) if cursor.description else []
         return rows, cursor.rowcount
+
+
+@statement
+def _insert(model: type[models.Model], count: int) -> str:
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return (f"INSERT INTO {table(model)} ({', '.join(name(f.column) for f in fields)}) "
+            f"VALUES {', '.join([marks] * count)} RETURNING {name(meta.auto_field.column)}")
 
 
 def insert(objects: Sequence[models.Model]) -> None:
@@ -87,17 +123,15 @@ def insert(objects: Sequence[models.Model]) -> None:
         return
     model = type(objects[0])
     meta = model._meta
+    db = _db()
     fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
-    rows = [[f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields] for obj in objects]
-    if (meta.auto_field is None or not connection.features.can_return_rows_from_bulk_insert
-            or any(hasattr(v, "as_sql") for row in rows for v in row)):
+    params = [f.get_db_prep_save(f.pre_save(obj, True), db) for obj in objects for f in fields]
+    if (meta.auto_field is None or not db.features.can_return_rows_from_bulk_insert
+            or any(hasattr(v, "as_sql") for v in params)):
         model._default_manager.bulk_create(objects)
         return
-    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    statement = (f"INSERT INTO {table(model)} ({', '.join(name(f.column) for f in fields)}) "
-                 f"VALUES {', '.join([marks] * len(rows))} RETURNING {name(meta.auto_field.column)}")
-    keys, _ = execute(statement, [v for row in rows for v in row])
+    keys, _ = execute(_insert(model, len(objects)), params)
     for obj, (key,) in zip(objects, keys, strict=True):
         obj.pk = key
         obj._state.adding = False
-        obj._state.db = connection.alias
+        obj._state.db = db.alias

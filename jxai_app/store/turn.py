@@ -75,14 +75,17 @@ class TurnOpened:
     """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message."""
 
 
+@sql.statement
+def _messages_of() -> str:
+    return (f"SELECT {sql.columns(Message)} FROM {sql.table(Message)} WHERE {sql.column(Message, 'conversation')} = %s "
+            f"ORDER BY {sql.column(Message, 'position')}")
+
+
 def _history(conversation_id: uuid.UUID) -> tuple[list[Message], int]:
     """The conversation's messages in position order (one hand-written statement; the calls
     prefetched for the saved assistant messages only, which are all the wire reads them
     for: one query, none when there is no such message) and the next free position."""
-    columns = ", ".join(sql.name(f.column) for f in Message._meta.concrete_fields)
-    statement = (f"SELECT {columns} FROM {sql.table(Message)} WHERE {sql.column(Message, 'conversation')} = %s "
-                 f"ORDER BY {sql.column(Message, 'position')}")
-    messages = list(Message.objects.raw(statement, [sql.value(Conversation, "id", conversation_id)]))
+    messages = list(Message.objects.raw(_messages_of(), [sql.value(Conversation, "id", conversation_id)]))
     assistants = [m for m in messages if m.role == MessageRole.ASSISTANT and m.status != MessageStatus.STREAMING]
     if assistants:
         prefetch_related_objects(assistants, Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
@@ -93,13 +96,17 @@ def _claim(conversation_id: uuid.UUID, changes: dict[str, Any]) -> bool:
     """The one-turn rule itself: ``UPDATE … SET changes WHERE id = … AND NOT status =
     'streaming'`` (one hand-written statement). False when another send claimed the row
     first (or it is gone)."""
-    assignments = ", ".join(f"{sql.column(Conversation, field)} = %s" for field in changes)
-    statement = (f"UPDATE {sql.table(Conversation)} SET {assignments} WHERE {sql.column(Conversation, 'id')} = %s "
-                 f"AND NOT ({sql.column(Conversation, 'status')} = %s)")
     params = [sql.save_value(Conversation, field, data) for field, data in changes.items()]
-    _, count = sql.execute(statement, [*params, sql.value(Conversation, "id", conversation_id),
-                                       ConversationStatus.STREAMING.value])
+    _, count = sql.execute(_claim_row(tuple(changes)), [*params, sql.value(Conversation, "id", conversation_id),
+                                                        ConversationStatus.STREAMING.value])
     return count == 1
+
+
+@sql.statement
+def _claim_row(fields: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{sql.column(Conversation, field)} = %s" for field in fields)
+    return (f"UPDATE {sql.table(Conversation)} SET {assignments} WHERE {sql.column(Conversation, 'id')} = %s "
+            f"AND NOT ({sql.column(Conversation, 'status')} = %s)")
 
 
 def turn_open(

@@ -68,6 +68,16 @@ YIELD_INTERVAL_SECONDS = 0.002
 sockets that send them) run."""
 
 
+async def _let_sockets_write() -> None:
+    """Give the loop three turns: the socket's task sends the frame in the first; the
+    server's write goes out when the loop next polls its sockets (daphne's Twisted
+    transports buffer a write until the socket is reported writable), in the second, after
+    this task's own wake-up unless it has yielded again; the third runs that write before
+    this task goes on with the rest of a buffered burst."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
 def _read_message(pk: int) -> dict[str, Any] | None:
     message = with_tool_calls(Message.objects.filter(pk=pk)).first()
     return None if message is None else message_dict(message)
@@ -353,8 +363,11 @@ class TurnRunner:
                 # them send a round's first output at once, and catch up at least every few ms.
                 if isinstance(event, RoundStartEvent):
                     awaiting_output = True
-                elif awaiting_output or loop.time() - yielded >= YIELD_INTERVAL_SECONDS:
+                elif awaiting_output:
                     awaiting_output = False
+                    await _let_sockets_write()
+                    yielded = loop.time()
+                elif loop.time() - yielded >= YIELD_INTERVAL_SECONDS:
                     await asyncio.sleep(0)
                     yielded = loop.time()
 

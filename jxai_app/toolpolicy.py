@@ -119,7 +119,7 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     if wanted == []:
         return {}
     # every turn reads these: a remembered statement instead of ORM query building
-    rows = list(ToolPolicy.objects.raw(_policy_rows(None if wanted is None else len(wanted)), wanted or []))
+    rows = sql.instances(ToolPolicy, _policy_rows(None if wanted is None else len(wanted)), wanted or [])
     if rows:
         prefetch_related_objects(rows, "allowed_groups")
     rules: dict[str, ToolRule] = {}

@@ -102,7 +102,7 @@ def lock_owned(user: Any, conversation_id: Any) -> Conversation:
     cid = parse_id(conversation_id)
     if cid is None or user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
         raise not_found()
-    found = list(Conversation.objects.raw(_locked_row(), [sql.value(Conversation, "id", cid), user.pk]))
+    found = sql.instances(Conversation, _locked_row(), [sql.value(Conversation, "id", cid), user.pk])
     if not found:
         raise not_found()
     return found[0]

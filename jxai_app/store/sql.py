@@ -8,8 +8,8 @@ statements here are the same SQL written once, with names taken from the models'
 (so a renamed table or column follows) and every value adapted by its model field
 (``get_db_prep_save``/``get_db_prep_value``: UUIDs as hex on SQLite, aware datetimes, JSON
 ``None`` as SQL ``NULL``), on Django's own connection (same transaction, same wrappers).
-Rows that become model instances go through ``Manager.raw``, which applies the fields'
-converters. Everything else keeps using the ORM.
+Rows that become model instances are converted by the fields' own converters, as the ORM
+converts them (:func:`instances`). Everything else keeps using the ORM.
 
 Only plain SQL that SQLite and PostgreSQL both accept; row locks (``FOR UPDATE``) are
 added where the database has them (:func:`locking`), as the ORM's ``select_for_update``
@@ -21,12 +21,15 @@ change between calls.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 
-__all__ = ["column", "execute", "insert", "locking", "name", "save_value", "statement", "table", "value"]
+__all__ = [
+    "column", "columns", "execute", "insert", "instances", "locking", "name", "save_value", "statement", "table", "value",
+]
 
 
 def _db() -> Any:
@@ -99,6 +102,45 @@ def execute(sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int
         cursor.execute(sql, params)
         rows = list(cursor.fetchall()) if cursor.description else []
         return rows, cursor.rowcount
+
+
+_Converters = list[tuple[int, list[Any], Any]]
+_converters: weakref.WeakKeyDictionary[Any, dict[type[models.Model], _Converters]] = weakref.WeakKeyDictionary()
+
+
+def _converters_of(db: Any, model: type[models.Model]) -> _Converters:
+    """``[(index, converters, column expression)]`` for the model's concrete columns that
+    need converting on ``db`` (the compiler's ``get_converters``), remembered per connection."""
+    known = _converters.setdefault(db, {})
+    if model not in known:
+        found: _Converters = []
+        for index, field in enumerate(model._meta.concrete_fields):
+            expression = field.get_col(model._meta.db_table)
+            steps = db.ops.get_db_converters(expression) + expression.get_db_converters(db)
+            if steps:
+                found.append((index, steps, expression))
+        known[model] = found
+    return known[model]
+
+
+def instances(model: type[models.Model], sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run a SELECT of :func:`columns` (every concrete column, in the model's order) and
+    return the rows as model instances, each value converted as the ORM converts it (UUIDs,
+    datetimes, JSON, booleans …): ``Manager.raw`` without its per-query set-up."""
+    db = _db()
+    rows, _ = execute(sql, params)
+    if not rows:
+        return []
+    converters = _converters_of(db, model)
+    names = [f.attname for f in model._meta.concrete_fields]
+    out = []
+    for row in rows:
+        values = list(row)
+        for index, steps, expression in converters:
+            for step in steps:
+                values[index] = step(values[index], expression, db)
+        out.append(model.from_db(db.alias, names, values))
+    return out
 
 
 @statement

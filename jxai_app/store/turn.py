@@ -85,7 +85,7 @@ def _history(conversation_id: uuid.UUID) -> tuple[list[Message], int]:
     """The conversation's messages in position order (one hand-written statement; the calls
     prefetched for the saved assistant messages only, which are all the wire reads them
     for: one query, none when there is no such message) and the next free position."""
-    messages = list(Message.objects.raw(_messages_of(), [sql.value(Conversation, "id", conversation_id)]))
+    messages = sql.instances(Message, _messages_of(), [sql.value(Conversation, "id", conversation_id)])
     assistants = [m for m in messages if m.role == MessageRole.ASSISTANT and m.status != MessageStatus.STREAMING]
     if assistants:
         prefetch_related_objects(assistants, Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))

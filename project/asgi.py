@@ -3,6 +3,7 @@
 Served by daphne: ``daphne project.asgi:application``.
 """
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
@@ -23,3 +24,10 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Everything imported so far lives as long as the process: move it out of the collector's
+# reach, so a full collection scans only what requests and turns allocate (measured under
+# daphne: one ~40 ms full collection per ~100 turns without this, which lands on the time to
+# first token; issue 4).
+gc.collect()
+gc.freeze()

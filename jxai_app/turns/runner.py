@@ -139,6 +139,7 @@ class TurnRunner:
         self._control_channel: str | None = None
         self._error: ErrorEvent | None = None
         self._meter = RoundMeter(history, system_prompt)
+        self._first_notice: asyncio.Task[None] | None = None
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ control
@@ -191,7 +192,19 @@ class TurnRunner:
         if data is not None:
             frame = {"type": "conversation", "conversation": data}
             self._publish(frame)  # in order with the events, for the followers
+            if self._first_notice is not None:  # the user's other tabs get the notices in order
+                await asyncio.gather(self._first_notice, return_exceptions=True)
             await self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None))
+
+    def _announce(self, data: dict[str, Any]) -> None:
+        """The turn's first ``conversation`` frame: to the followers at once; the notice to
+        the user's other sockets (a channel-layer round trip with Redis) runs beside the
+        model request instead of before it."""
+        frame = {"type": "conversation", "conversation": data}
+        self._publish(frame)
+        self._first_notice = self.hub.spawn(
+            self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None)),
+            name=f"jxai-turn-notice-{self.turn_id}")
 
     async def _publish_message(self, pk: int | None) -> None:
         if pk is None:
@@ -326,7 +339,10 @@ class TurnRunner:
             helpers = [asyncio.ensure_future(self._control()), asyncio.ensure_future(self._keep_flushed())]
             if self.hub.fanout:
                 self.hub.spawn(self._send_batches(), name=f"jxai-turn-batches-{self.turn_id}")
-            await self._publish_conversation(self._conversation)
+            if self._conversation is not None:
+                self._announce(self._conversation)
+            else:
+                await self._publish_conversation()
             self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
             await self._run()
         except asyncio.CancelledError:

@@ -22,7 +22,7 @@ the Redis layer as in production.
 Usage::
 
     .venv/bin/python bench/e2e.py [--samples 100] [--deltas 500] [--streams 50,200,500]
-                                  [--idle 1000] [--pace-ms 20] [--json FILE]
+                                  [--idle 1000] [--pace-ms 20] [--json FILE] [--latency-only]
 """
 
 from __future__ import annotations
@@ -281,6 +281,8 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
         "lost_events": lost,
     }
     print_latency(report["latency"], args.samples)
+    if args.latency_only:
+        return report
 
     # 2. load: N concurrent streams beside idle sockets
     idle = [await connect(port, idle_cookie) for _, idle_cookie in await users(args.idle, "idle")]
@@ -342,6 +344,7 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--pace-ms", type=float, default=20.0, help="delay between deltas in the load phase")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--latency-only", action="store_true", help="measure part 1 only (no load rounds)")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="jxai-bench-"))

@@ -92,11 +92,17 @@ def test_a_second_open_is_a_conflict_and_saves_nothing(user: Any) -> None:
 
 def test_lock_owned_reads_what_get_owned_reads(user: Any, other_user: Any) -> None:
     conversation = store.conversation_create(user=user, model="gpt-4o", title="Plans")
+    problem = {"type": "https://jxai.dev/problems/upstream-failure", "status": 502, "detail": "down ü"}
+    Conversation.objects.filter(pk=conversation.pk).update(  # every converted type: JSON, UUID, datetime, bool
+        status=ConversationStatus.ERROR, last_error="down", last_problem=problem, turn_id=uuid.uuid4(),
+        turn_heartbeat=conversation.created_at, context_warning=True, token_count=7)
     with transaction.atomic():
         locked = lock_owned(user, str(conversation.pk))
     plain = get_owned(user, conversation.pk)
     assert conversation_dict(locked) == conversation_dict(plain) and locked.owner_id == user.pk
-    assert (locked.created_at, locked.turn_id, locked.last_problem) == (plain.created_at, None, None)
+    for field in Conversation._meta.concrete_fields:
+        assert getattr(locked, field.attname) == getattr(plain, field.attname), field.name
+    assert locked.last_problem == problem and locked.context_warning is True
     for who, cid in [(other_user, conversation.pk), (user, uuid.uuid4()), (user, "not-an-id"), (None, conversation.pk)]:
         with pytest.raises(ProblemError) as caught:
             lock_owned(who, cid)

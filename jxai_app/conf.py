@@ -72,30 +72,20 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             raise ConfigurationError(f"JXAI_MODELS_FILE {str(path)!r} is unreadable: {exc}") from None
     providers: dict[str, Any] = {}
     models: dict[str, Any] = {}
-    if environ.get("OPENAI_API_KEY"):
-        providers["openai"] = {
-            "kind": "openai",
-            "base_url": environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1",
-            "api_key_env": "OPENAI_API_KEY",
-        }
-        model_id = environ.get("JXAI_MODEL") or "gpt-4o-mini"
+    for kind, key_var, base_var, default_base, model_var, default_model, window_var, default_window in (
+        ("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1",
+         "JXAI_MODEL", "gpt-4o-mini", "JXAI_CONTEXT_WINDOW", 128000),
+        ("anthropic", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "https://api.anthropic.com/v1",
+         "JXAI_ANTHROPIC_MODEL", "claude-sonnet-4-5", "JXAI_ANTHROPIC_CONTEXT_WINDOW", 200000),
+    ):
+        if not environ.get(key_var):
+            continue
+        providers[kind] = {"kind": kind, "base_url": environ.get(base_var) or default_base, "api_key_env": key_var}
+        model_id = environ.get(model_var) or default_model
         models[model_id] = {
-            "provider": "openai",
+            "provider": kind,
             "model_id": model_id,
-            "context_window": int(environ.get("JXAI_CONTEXT_WINDOW") or 128000),
-            "supports_tools": True,
-        }
-    if environ.get("ANTHROPIC_API_KEY"):
-        providers["anthropic"] = {
-            "kind": "anthropic",
-            "base_url": environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com/v1",
-            "api_key_env": "ANTHROPIC_API_KEY",
-        }
-        model_id = environ.get("JXAI_ANTHROPIC_MODEL") or "claude-sonnet-4-5"
-        models[model_id] = {
-            "provider": "anthropic",
-            "model_id": model_id,
-            "context_window": int(environ.get("JXAI_ANTHROPIC_CONTEXT_WINDOW") or 200000),
+            "context_window": int(environ.get(window_var) or default_window),
             "supports_tools": True,
         }
     if not models:
@@ -166,7 +156,9 @@ def get_system_prompt() -> str:
 
 
 def _search_conversations(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
-    from jxai_app.store import conversation_search  # Django layer, imported on first use
+    from jxai_app.store import (
+        conversation_search,  # Django layer, imported on first use
+    )
 
     return conversation_search(owner=owner, query=query, limit=limit)
 

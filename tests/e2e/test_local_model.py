@@ -20,7 +20,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,31 +32,21 @@ import pytest
 
 from jxai_app import localmodel
 from jxai_app.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
-from jxai_app.streaming.events import DeltaEvent, DoneEvent, StreamEvent, ToolCallStartEvent
+from jxai_app.streaming.events import (
+    DeltaEvent,
+    DoneEvent,
+    StreamEvent,
+    ToolCallStartEvent,
+)
 from jxai_app.streaming.openai import OpenAIChatClient
 from jxai_app.tools import ToolContext, default_registry
+from tests.support.net import free_port, port_answers
 
 pytestmark = pytest.mark.localmodel
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "test-results" / "localmodel"
 SYSTEM = "You are a helpful assistant."
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (127.0.0.1)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def port_answers(port: int) -> bool:
-    """True when something accepts a connection on 127.0.0.1:``port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")

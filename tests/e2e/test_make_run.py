@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,27 +35,12 @@ import pytest
 
 from jxai_app import conf, localmodel
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, RESULTS, ROOT
+from tests.support.net import free_port, port_answers
 
 pytestmark = [pytest.mark.browser, pytest.mark.localmodel]
 
 CREDENTIALS = re.compile(r"username: (\S+)\s+password: (\S+)")
 READY = "jxai is running at "
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (127.0.0.1)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def port_answers(port: int) -> bool:
-    """True when something accepts a connection on 127.0.0.1:``port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def descendants(pid: int) -> set[int]:

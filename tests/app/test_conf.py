@@ -1,0 +1,59 @@
+"""conf.model_registry_dict_from_env: which providers and models the environment configures
+(SPEC §7 "Models and providers"), each result checked by the real ModelRegistry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jxai_app.conf import model_registry_dict_from_env, uses_local_model
+from jxai_app.errors import ConfigurationError
+from jxai_app.providers import ModelRegistry
+
+
+def test_nothing_set_gives_the_local_model_and_its_calculator_alias() -> None:
+    data = model_registry_dict_from_env({})
+    registry = ModelRegistry.from_dict(data)
+    assert registry.aliases() == ["gemma-3-270m", "gemma-3-270m-calculator"]
+    assert registry.default_alias == "gemma-3-270m"
+    assert data["providers"]["local"]["base_url"] == "http://127.0.0.1:8081/v1"
+    assert uses_local_model({})
+
+
+def test_openai_variables_configure_one_default_model_and_skip_the_local_one() -> None:
+    env = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+           "JXAI_MODEL": "llama3.1", "JXAI_CONTEXT_WINDOW": "8192"}
+    registry = ModelRegistry.from_dict(model_registry_dict_from_env(env))
+    assert registry.aliases() == ["llama3.1"]
+    model = registry.get("llama3.1")
+    assert (model.model_id, model.context_window) == ("llama3.1", 8192)
+    assert registry.provider(model.provider).base_url == "http://127.0.0.1:11434/v1"
+    assert registry.provider(model.provider).api_key_env == "OPENAI_API_KEY"
+    assert not uses_local_model(env)
+
+
+def test_both_keys_give_both_providers_openai_first_as_default() -> None:
+    data = model_registry_dict_from_env({"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "a"})
+    registry = ModelRegistry.from_dict(data)
+    assert registry.aliases() == ["gpt-4o-mini", "claude-sonnet-4-5"]
+    assert registry.default_alias == "gpt-4o-mini"
+    assert data["providers"]["anthropic"] == {"kind": "anthropic", "base_url": "https://api.anthropic.com/v1",
+                                              "api_key_env": "ANTHROPIC_API_KEY"}
+    assert registry.get("claude-sonnet-4-5").context_window == 200000
+
+
+def test_models_json_wins_and_a_file_is_read(tmp_path: Path) -> None:
+    doc = {"providers": {"p": {"preset": "ollama"}},
+           "models": {"m": {"provider": "p", "model_id": "llama3.1"}}, "roles": {"default": "m"}}
+    assert model_registry_dict_from_env({"JXAI_MODELS_JSON": json.dumps(doc), "OPENAI_API_KEY": "k"}) == doc
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps(doc))
+    assert model_registry_dict_from_env({"JXAI_MODELS_FILE": str(path)}) == doc
+
+
+@pytest.mark.parametrize("env", [{"JXAI_MODELS_JSON": "{not json"}, {"JXAI_MODELS_FILE": "/nonexistent/models.json"}])
+def test_unreadable_registry_sources_are_clear_configuration_errors(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="JXAI_MODELS_"):
+        model_registry_dict_from_env(env)

@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -117,7 +118,8 @@ def make_users(count: int, prefix: str) -> list[tuple[Any, str]]:
 
     user_model = get_user_model()
     password = make_password(None)  # unusable: these users log in by session only
-    users = user_model.objects.bulk_create([user_model(username=f"{prefix}-{i}", password=password)
+    run = os.urandom(4).hex()  # a reused DATABASE_URL keeps earlier runs' users
+    users = user_model.objects.bulk_create([user_model(username=f"bench-{run}-{prefix}-{i}", password=password)
                                             for i in range(count)])
     out = []
     for user in users:
@@ -237,9 +239,33 @@ class Sampler:
         self._task.cancel()
 
 
-async def settle_rss(pid: int, seconds: float = 2.0) -> int:
+async def settle_rss(pid: int, seconds: float = 2.0, probe: bool = False) -> int:
+    """The worker's RSS after ``seconds`` of rest (KiB); with ``probe``, it also writes a probe
+    line (bench/worker_probe.py)."""
     await asyncio.sleep(seconds)
+    if probe:
+        os.kill(pid, signal.SIGUSR1)
+        await asyncio.sleep(1.0)
     return rss_kib(pid)
+
+
+def print_probe(path: Path) -> list[dict[str, Any]]:
+    """Print, for each probe after the first, what grew since the first (the baseline)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if not rows:
+        return rows
+    base = rows[0]
+    print("\nprobe (after each round, against the baseline):")
+    for number, row in enumerate(rows[1:], 1):
+        grown = {name: count - base["types"].get(name, 0) for name, count in row["types"].items()}
+        top = sorted(((c, n) for n, c in grown.items() if c), reverse=True)[:8]
+        print(f"  #{number}: RSS {(row['rss_kib'] - base['rss_kib']) / 1024:+.1f} MiB, allocated blocks "
+              f"{row['allocated_blocks'] - base['allocated_blocks']:+d}, threads {row['threads']}, tasks "
+              f"{row['tasks']}; objects grown: {', '.join(f'{n} {c:+d}' for c, n in top) or 'none'}")
+        if "traced_kib" in row:
+            print(f"      traced {row['traced_kib'] - base['traced_kib']:+d} KiB; top: "
+                  + "; ".join(f"{site} {kib:+d} KiB" for site, kib in row.get("top", [])[:6]))
+    return rows
 
 
 # --------------------------------------------------------------------------- the run
@@ -286,7 +312,7 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
 
     # 2. load: N concurrent streams beside idle sockets
     idle = [await connect(port, idle_cookie) for _, idle_cookie in await users(args.idle, "idle")]
-    baseline = await settle_rss(pid)
+    baseline = await settle_rss(pid, probe=args.probe)
     report["baseline_rss_kib"] = baseline
     report["idle_sockets"] = len(idle)
     print(f"\n{len(idle)} idle sockets open; worker RSS {baseline / 1024:.1f} MiB; load streams paced "
@@ -303,7 +329,7 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
                                              zip(sockets, conversations)), return_exceptions=True)
             wall = time.perf_counter() - started
         await asyncio.gather(*(s.close() for s in sockets))
-        after = await settle_rss(pid)
+        after = await settle_rss(pid, probe=args.probe)
         done = [r for r in results if isinstance(r, Stream)]
         failures = [repr(r) for r in results if not isinstance(r, Stream)]
         row = {
@@ -322,7 +348,7 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
               f"{row['last_token_ms_p50']} ms, peak {row['peak_kib_per_stream']} KiB/stream, "
               f"RSS after − baseline {row['rss_after_minus_baseline_kib'] / 1024:.1f} MiB")
     await asyncio.gather(*(s.close() for s in idle))
-    report["final_rss_minus_baseline_kib"] = await settle_rss(pid) - baseline
+    report["final_rss_minus_baseline_kib"] = await settle_rss(pid, probe=args.probe) - baseline
     print(f"after closing everything: RSS − baseline {report['final_rss_minus_baseline_kib'] / 1024:.1f} MiB")
     return report
 
@@ -345,6 +371,9 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=20.0, help="delay between deltas in the load phase")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="measure part 1 only (no load rounds)")
+    parser.add_argument("--probe", action="store_true",
+                        help="run the worker under bench/worker_probe.py and report live objects at each "
+                             "memory reading (set PYTHONTRACEMALLOC=1 as well for allocation sites)")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="jxai-bench-"))
@@ -365,13 +394,18 @@ def main() -> int:
                    DJANGO_DEBUG="0", DJANGO_LOG_LEVEL="WARNING",
                    JXAI_TURNS_PER_MINUTE=str(10**9), JXAI_TOKENS_PER_DAY=str(10**15))
         env.pop("JXAI_MODELS_FILE", None)
-        server = subprocess.Popen([sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port),
+        launcher = [str(ROOT / "bench" / "worker_probe.py")] if args.probe else ["-m", "daphne"]
+        if args.probe:
+            env["JXAI_PROBE_FILE"] = str(scratch / "probe.jsonl")
+        server = subprocess.Popen([sys.executable, *launcher, "-v", "0", "-b", "127.0.0.1", "-p", str(port),
                                    "project.asgi:application"], cwd=ROOT, env=env)
         wait_port(port, server)
         layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
         print(f"jxai e2e bench: daphne pid {server.pid}, database {database_url.split(':')[0]}, layer {layer}, "
               f"{args.deltas} deltas per answer, {os.cpu_count()} CPUs")
         report = asyncio.run(run(args, port, provider_url, server.pid))
+        if args.probe:
+            report["probe"] = print_probe(scratch / "probe.jsonl")
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
         return 0

@@ -1,0 +1,114 @@
+"""Admin pages in a real browser against the real server: the registered-tools page keeps
+long names, descriptions and JSON schemas inside a 1024 px window, and the site icon answers.
+
+A staff user logs in through the admin's login form, as a person would. The page's wrapping
+comes from ``jxai_app/static/jxai_app/admin.css`` (see ``tests/app/test_site_assets.py`` for
+the markup checks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group
+
+from jxai_app.models import ToolPolicy
+from tests.e2e.conftest import PASSWORD, BrowserPage
+from tests.e2e.steps import assert_clean, screenshot
+
+pytestmark = pytest.mark.browser
+
+REGISTERED = "/admin/jxai_app/toolpolicy/registered/"
+WIDTH = 1024
+
+LENGTHEN = """() => {
+  // As a tool module with long documentation would show: one description of a 300-letter
+  // word and 200 short ones, and a schema whose lines run far past the window.
+  const row = document.querySelector('#registered-tools tbody tr');
+  row.cells[1].textContent = 'D'.repeat(300) + ' ' + 'word '.repeat(200);
+  const schema = {type: 'object', properties: {}};
+  for (let i = 0; i < 5; i++) {
+    schema.properties['p' + i] = {type: 'string', description: 'long description '.repeat(20) + 'x'.repeat(250)};
+  }
+  row.querySelector('pre.jxai-schema').textContent = JSON.stringify(schema, null, 2);
+}"""
+
+MEASURE = """() => {
+  const pres = [...document.querySelectorAll('pre.jxai-schema')];
+  return {
+    scrollWidth: document.documentElement.scrollWidth,
+    clientWidth: document.documentElement.clientWidth,
+    tableRight: document.querySelector('#registered-tools').getBoundingClientRect().right,
+    notesRight: Math.max(0, ...[...document.querySelectorAll('#content p')].map(p => p.getBoundingClientRect().right)),
+    schemaOverflow: pres.filter(p => p.scrollWidth > p.clientWidth + 1).length,
+    whiteSpace: [...new Set(pres.map(p => getComputedStyle(p).whiteSpace))],
+    descriptionHeight: document.querySelector('#registered-tools tbody tr').cells[1].getBoundingClientRect().height,
+  };
+}"""
+
+
+def _admin_login(tab: BrowserPage, username: str, next_path: str) -> None:
+    page = tab.page
+    page.goto(f"/admin/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
+def test_registered_tools_page_wraps_inside_a_1024_px_window(open_page: Any, live_db: None,
+                                                             django_user_model: Any) -> None:
+    team = Group.objects.create(name="analysts_" + "a" * 120)     # one unbroken 129-letter name
+    ToolPolicy.objects.create(tool_name="search_conversations").allowed_groups.add(team)
+    ToolPolicy.objects.create(tool_name="retired_" + "r" * 180)    # a policy for no registered tool
+    django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+
+    tab = open_page(viewport={"width": WIDTH, "height": 800})
+    _admin_login(tab, "root", REGISTERED)
+    page = tab.page
+    page.locator("#registered-tools tbody tr[data-tool]").first.wait_for()
+    assert page.locator("#registered-tools tbody tr[data-tool]").count() >= 3
+    assert page.locator("link[rel=stylesheet][href$='jxai_app/admin.css']").count() == 1
+
+    seen = page.evaluate(MEASURE)
+    screenshot(tab, "admin-registered-tools-1024.png")
+    assert seen["whiteSpace"] == ["pre-wrap"], seen
+    assert seen["scrollWidth"] <= seen["clientWidth"], f"the page scrolls sideways: {seen}"
+    assert seen["tableRight"] <= seen["clientWidth"] and seen["notesRight"] <= seen["clientWidth"], seen
+    assert seen["schemaOverflow"] == 0, seen
+
+    page.evaluate(LENGTHEN)
+    seen = page.evaluate(MEASURE)
+    screenshot(tab, "admin-registered-tools-1024-long.png")
+    assert seen["scrollWidth"] <= seen["clientWidth"], f"long content widens the page: {seen}"
+    assert seen["tableRight"] <= seen["clientWidth"], seen
+    assert seen["schemaOverflow"] == 0, f"a schema scrolls sideways inside its cell: {seen}"
+    assert seen["descriptionHeight"] > 200, f"the long description wrapped onto many lines: {seen}"
+    assert_clean(tab)
+
+
+def test_the_site_icon_answers_on_admin_and_app_pages(open_page: Any, live_db: None,
+                                                       django_user_model: Any) -> None:
+    django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    tab = open_page(viewport={"width": WIDTH, "height": 800})
+    _admin_login(tab, "root", "/admin/")
+    page = tab.page
+    icon = page.locator("link[rel=icon]")
+    assert icon.count() == 1 and icon.get_attribute("type") == "image/svg+xml"
+    svg = page.request.get(str(icon.get_attribute("href")))
+    assert svg.ok and svg.headers["content-type"].startswith("image/svg+xml")
+
+    ico = page.request.get("/favicon.ico", max_redirects=0)
+    assert ico.status == 302 and ico.headers["location"] == icon.get_attribute("href")
+    followed = page.request.get("/favicon.ico")
+    assert followed.status == 200 and followed.body() == svg.body()
+
+    page.goto("/accounts/login/")
+    assert page.locator("link[rel=icon]").get_attribute("href") == icon.get_attribute("href")
+    # The icon really renders: an <img> of it has its natural size (a broken image has 0).
+    size = page.evaluate("""href => new Promise(done => {
+      const img = new Image(); img.onload = () => done([img.naturalWidth, img.naturalHeight]);
+      img.onerror = () => done([0, 0]); img.src = href; })""", icon.get_attribute("href"))
+    assert size[0] > 0 and size[1] > 0, size
+    assert_clean(tab)

@@ -12,7 +12,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from django.db import transaction
 from django.db.models import Max, Prefetch, prefetch_related_objects
@@ -111,6 +111,7 @@ def _claim_row(fields: tuple[str, ...]) -> str:
 
 def turn_open(
     *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
+    turn_id: uuid.UUID | None = None, on_ready: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> TurnOpened:
     """Start a turn in ``conversation``: the send's writes plus the history read, with no
     read after them (CS-2; issue 4 "time to first token").
@@ -120,16 +121,25 @@ def turn_open(
     holds the write lock), so the row cannot change before this commits and the returned
     objects are what the database holds. Outside a transaction this opens one of its own.
 
-    Statements on the happy path: the conditional UPDATE that claims the conversation (the
-    one-turn rule, across processes), one SELECT of the messages (+ one of their calls when
-    an assistant message exists), one INSERT of the user message and the placeholder; all
-    but the calls' hand-written (:mod:`jxai_app.store.sql`).
+    Statements on the happy path: one SELECT of the messages (+ one of their calls when an
+    assistant message exists), the conditional UPDATE that claims the conversation (the
+    one-turn rule, across processes), one INSERT of the user message and the placeholder;
+    all but the calls' hand-written (:mod:`jxai_app.store.sql`).
+
+    ``on_ready`` is called once the send is decided and before its writes: the conflict
+    check passed under the row lock (so the claim cannot lose) and the history is read. The
+    caller uses it to start the model request while the writes and the commit run (issue 4,
+    time to first token); if anything after it raises, the transaction rolls back and the
+    caller must drop what it started.
 
     Args:
         conversation: the conversation, read as above (it is updated in place).
         text: the user's message (not blank; length limits are the caller's, issue 6).
         model: a model alias to switch the conversation to, or ``None`` to keep its model.
         stale_after: a running turn silent this long is abandoned first (crash recovery).
+        turn_id: the new turn's id (default: a fresh ``uuid4``).
+        on_ready: called with the request's history (OpenAI wire messages ending with the
+            new user message) before the writes; see above.
 
     Raises:
         ProblemError: ``invalid-request`` (blank text), ``conflict`` while a live turn runs
@@ -144,9 +154,14 @@ def turn_open(
                     and turn_abandon(conversation_id=cid, turn_id=conversation.turn_id, stale_after=stale_after)):
                 raise _conflict()
             conversation.refresh_from_db()
+        earlier, position = _history(cid)
+        user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
+        history = messages_to_wire([*earlier, user_message])
+        if on_ready is not None:
+            on_ready(history)
         now = timezone.now()
         changes: dict[str, Any] = {
-            "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+            "status": ConversationStatus.STREAMING, "turn_id": turn_id or uuid.uuid4(), "turn_heartbeat": now,
             "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
         }
         if model:
@@ -155,15 +170,12 @@ def turn_open(
             raise _conflict()
         for name, value in changes.items():
             setattr(conversation, name, value)
-        earlier, position = _history(cid)
-        user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
         placeholder = Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
                               model=conversation.model, status=MessageStatus.STREAMING)
         sql.insert([user_message, placeholder])
     turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
                      assistant_message_id=placeholder.pk, model=conversation.model)
-    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message,
-                      history=messages_to_wire([*earlier, user_message]))
+    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message, history=history)
 
 
 @transaction.atomic

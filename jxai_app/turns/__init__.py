@@ -5,7 +5,8 @@ Modules::
     hub.py      TurnHub: the worker's live runners, local followers, layer plumbing; get_hub()
     runner.py   TurnRunner: one turn as a task (seq numbering, replay log, batches, control)
     log.py      ReplayLog: a running turn's events, compact, replayed exactly
-    control.py  start_turn, cancel_turn, retry_turn, conversation_retitle, conversation_remove
+    launch.py   start_turn: the send's transaction, the model request started once it is decided
+    control.py  cancel_turn, retry_turn, conversation_retitle, conversation_remove
     session.py  Session: one socket's ordered output, sequencer, snapshot and requests
     names.py    group names and layer message types
 

@@ -1,4 +1,5 @@
-"""Starting and stopping turns, and the conversation changes every tab must hear about.
+"""Stopping and retrying turns, and the conversation changes every tab must hear about
+(starting one is :mod:`jxai_app.turns.launch`; ``start_turn`` is re-exported here).
 
 The websocket consumer (and any other caller) uses these; they hold the rules, the
 consumer only translates frames. All database work runs in private sync functions behind
@@ -10,24 +11,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from jxai_app import conf, ratelimit, store, toolpolicy
-from jxai_app.errors import UnknownModelError
+from jxai_app import ratelimit, store
 from jxai_app.models import ConversationStatus
 from jxai_app.problems import problem_error
-from jxai_app.providers import ModelConfig
-from jxai_app.serializers import conversation_dict, message_dict
-from jxai_app.store.common import get_owned, lock_owned, parse_id
-from jxai_app.streaming.events import ErrorEvent
-from jxai_app.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.serializers import conversation_dict
+from jxai_app.store.common import get_owned, parse_id
 from jxai_app.turns import names
-from jxai_app.turns.hub import Follower, TurnHub, get_hub
-from jxai_app.turns.runner import TurnRunner
+from jxai_app.turns.hub import TurnHub, get_hub
+from jxai_app.turns.launch import Origin, TurnInfo, start_turn, start_turn_unmetered, tool_view
 
 __all__ = [
     "Origin", "TurnInfo", "cancel_turn", "conversation_remove", "conversation_retitle", "retry_turn",
@@ -35,163 +31,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("jxai_app.turns")
-
-
-class Origin(Follower, Protocol):
-    """The socket that asked for a turn: it follows the conversation before the first event."""
-
-    def adopt(self, conversation_id: uuid.UUID, turn_id: str) -> None:
-        """Follow ``conversation_id`` from now on, expecting turn ``turn_id`` from seq 1."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnInfo:
-    """A started turn."""
-
-    conversation_id: uuid.UUID
-    turn_id: str
-    created: bool
-    """True when the send created the conversation."""
-    conversation: dict[str, Any]
-    """The conversation (protocol dict, status ``streaming``)."""
-    runner: TurnRunner
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Begun:
-    turn: store.TurnStart
-    conversation: dict[str, Any]
-    user_message: dict[str, Any]
-    history: list[dict[str, Any]]
-    model: ModelConfig
-    created: bool
-    tools: Any
-
-
-def tool_view(user: Any, model: ModelConfig) -> Any:
-    """The tools one turn of ``user`` on ``model`` offers (issue 6 item 2: tools act as the user).
-
-    Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
-    per turn, since the view counts calls for the per-turn caps.
-
-    Returns:
-        :func:`jxai_app.toolpolicy.tool_view_for` over the deployment's registry: only the
-        tools the user's policies allow (none when the model has no tool support); a tool
-        the model names without it being offered gets a failed "not available" result.
-    """
-    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
-
-
-def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
-    def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
-        logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
-
-    return on_retry
-
-
-def client_factory(alias: str) -> Callable[[], Any]:
-    """Builds model ``alias``'s streaming client for a turn, wrapped in a
-    :class:`~jxai_app.streaming.retry.RetryingClient`: a 429/5xx before any output is
-    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began
-    (issue 6 item 7)."""
-    policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
-    return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
-
-
-def _resolve_model(alias: str | None) -> ModelConfig | None:
-    if not alias:
-        return None
-    try:
-        return conf.get_model_registry().get(alias)
-    except UnknownModelError as exc:
-        raise problem_error("invalid-request", str(exc)) from None
-
-
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool) -> _Begun:
-    """Everything a send needs before the model request, in one thread hop and one short
-    transaction: create the conversation when asked, lock and read it, admit the turn
-    (``admit``: the user's quota and rate limit, :func:`jxai_app.ratelimit.check_turn_allowed`),
-    claim the conversation, read the history and save the user message and the placeholder
-    (:func:`jxai_app.store.turn_open`). A refusal or a conflict rolls it all back: nothing
-    saved, the provider not contacted. After the commit, the turn's tool view (its policy
-    rows are read outside the write transaction)."""
-    registry = conf.get_model_registry()
-    requested = _resolve_model(alias)
-    with transaction.atomic():
-        created = conversation_id is None
-        if created:
-            conversation = store.conversation_create(user=user, model=(requested or registry.resolve(None)).alias)
-        else:
-            conversation = lock_owned(user, conversation_id)
-        if requested is not None:
-            model = requested
-        else:
-            try:
-                model = registry.get(conversation.model)
-            except UnknownModelError:  # configuration changed since: the default takes over
-                model = registry.resolve(None)
-        if admit:
-            ratelimit.check_turn_allowed(user)  # before the provider; rolled back with a conflict
-        opened = store.turn_open(conversation=conversation, text=text,
-                                 model=model.alias if model.alias != conversation.model else None)
-    return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
-                  user_message=message_dict(opened.user_message), history=opened.history, model=model,
-                  created=created, tools=tool_view(user, model))
-
-
-def _check_text(text: Any) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise problem_error("invalid-request", "The message is empty.")
-    limit = conf.get_limits().max_message_chars
-    if len(text) > limit:
-        raise problem_error("payload-too-large", f"The message is longer than {limit} characters.")
-    return text
-
-
-async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text: str,
-                     model_alias: str | None = None, origin: Origin | None = None,
-                     hub: TurnHub | None = None) -> TurnInfo:
-    """Save the user's message and start a turn in a task owned by this worker.
-
-    Args:
-        user: the requesting (authenticated) user.
-        conversation_id: the conversation, or ``None`` to create one (owned by ``user``,
-            with ``model_alias`` or the default model).
-        text: the message (non-blank, at most ``JXAI_MAX_MESSAGE_CHARS`` characters).
-        model_alias: switch the conversation to this configured model (``None``: keep it).
-        origin: the asking socket; it follows the conversation before the first frame.
-        hub: the worker's hub (default :func:`~jxai_app.turns.hub.get_hub`).
-
-    Returns:
-        The started turn. Its frames (``conversation``, ``message_saved`` of the user
-        message, then ``events`` from seq 1) go to every follower, on every worker.
-
-    Raises:
-        ProblemError: ``invalid-request`` (blank text, unknown model), ``payload-too-large``
-            (text too long), ``not-found`` (missing or foreign conversation),
-            ``quota-exceeded`` / ``rate-limited`` (with ``retry_after``; nothing saved, the
-            provider not contacted), ``conflict`` (a turn already runs in it, on any worker).
-    """
-    return await _start(user=user, conversation_id=conversation_id, text=text, model_alias=model_alias,
-                        origin=origin, hub=hub, admit=True)
-
-
-async def _start(*, user: Any, conversation_id: uuid.UUID | str | None, text: str, model_alias: str | None,
-                 origin: Origin | None, hub: TurnHub | None, admit: bool) -> TurnInfo:
-    text = _check_text(text)
-    hub = hub or get_hub()
-    begun = await database_sync_to_async(_begin)(user, conversation_id, text, model_alias, admit=admit)
-    runner = TurnRunner(
-        hub=hub, user=user, turn=begun.turn, user_message=begun.user_message, history=begun.history,
-        context_window=begun.model.context_window, tools=begun.tools,
-        client_factory=client_factory(begun.model.alias), system_prompt=conf.get_system_prompt(),
-        policy=conf.get_agent_policy(), conversation=begun.conversation,
-    )
-    if origin is not None:
-        origin.adopt(begun.turn.conversation_id, runner.turn_id)
-    runner.start()
-    return TurnInfo(conversation_id=begun.turn.conversation_id, turn_id=runner.turn_id, created=begun.created,
-                    conversation=begun.conversation, runner=runner)
 
 
 def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | None]:
@@ -258,8 +97,7 @@ async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Ori
     cid = parse_id(conversation_id)
     assert cid is not None  # message_retry accepted it
     await hub.notify(cid, await database_sync_to_async(_snapshot_frame)(user, cid))
-    return await _start(user=user, conversation_id=cid, text=text, model_alias=None, origin=origin, hub=hub,
-                        admit=False)
+    return await start_turn_unmetered(user=user, conversation_id=cid, text=text, origin=origin, hub=hub)
 
 
 def _retry_begin(user: Any, conversation_id: Any) -> str:

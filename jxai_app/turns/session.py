@@ -141,6 +141,8 @@ class Session:
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._out: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
+        self._group_lock = asyncio.Lock()
+        self._group_syncs: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,9 +166,10 @@ class Session:
             self.hub.unfollow(following, self, closing=True)
         while not self._queue.empty():
             self._queue.get_nowait()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, *self._group_syncs):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._group is not None:
             group, self._group = self._group, None
             await self._leave(group)
@@ -216,7 +219,7 @@ class Session:
                     await self._flush()
                     await self._run_job(*payload)
                 elif kind == "group":
-                    await self._sync_group()
+                    self._sync_group_soon()
                 else:
                     try:
                         self._route(kind, payload)
@@ -264,18 +267,28 @@ class Session:
         self.following = conversation_id
         self.hub.follow(conversation_id, self)
 
+    def _sync_group_soon(self) -> None:
+        """:meth:`_sync_group` beside the frames: after a send, the turn runs in this
+        process and its frames come directly, so they need not wait for the layer's round
+        trip (a Redis ``SUBSCRIBE``); only frames of other workers need the group."""
+        task = asyncio.ensure_future(self._sync_group())
+        self._group_syncs.add(task)
+        task.add_done_callback(self._group_syncs.discard)
+
     async def _sync_group(self) -> None:
-        """Make the socket's layer group membership match what it follows."""
-        wanted = None
-        if self.following is not None and self.hub.fanout:
-            wanted = names.conversation_group(self.following)
-        if wanted == self._group:
-            return
-        if self._group is not None:
-            await self._leave(self._group)
-        self._group = wanted
-        if wanted is not None:
-            await self._join(wanted)
+        """Make the socket's layer group membership match what it follows (one change at
+        a time)."""
+        async with self._group_lock:
+            wanted = None
+            if self.following is not None and self.hub.fanout:
+                wanted = names.conversation_group(self.following)
+            if wanted == self._group:
+                return
+            if self._group is not None:
+                await self._leave(self._group)
+            self._group = wanted
+            if wanted is not None:
+                await self._join(wanted)
 
     async def _switch(self, conversation_id: uuid.UUID | None) -> None:
         if conversation_id is None:

@@ -33,7 +33,7 @@ from typing import Any, Final, Mapping, Sequence
 import httpx
 from httpx_sse import ServerSentEvent
 
-from jxai_app.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest
+from jxai_app.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest, event_object
 from jxai_app.streaming.events import (
     DeltaEvent,
     DoneEvent,
@@ -45,9 +45,8 @@ from jxai_app.streaming.events import (
     ToolCallStartEvent,
     UsageEvent,
 )
-from jxai_app.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.streaming.fault import UpstreamFault, provider_error_fault
 from jxai_app.streaming.pool import ConnectionPool
-from jxai_app.streaming.sse import parse_payload
 
 ANTHROPIC_VERSION: Final[str] = "2023-06-01"
 
@@ -79,17 +78,12 @@ class AnthropicNormaliser:
 
     def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event (its JSON ``type`` decides; the SSE event name is only a fallback)."""
-        out.extend(self._handle(sse))
+        payload = event_object(sse)
+        if payload is not None:
+            out.extend(self._handle(payload, payload.get("type") or sse.event))
 
-    def _handle(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
-        if sse.event == "error":
-            raise error_event_fault(sse.data)
-        payload = parse_payload(sse.data, done_sentinel=False)
-        if payload is None:
-            return ()
-        assert isinstance(payload, dict)
-        kind = payload.get("type") or sse.event
-        if kind == "error" or ("type" not in payload and payload.get("error")):
+    def _handle(self, payload: dict[str, Any], kind: object) -> Sequence[StreamEvent]:
+        if kind == "error":
             raise provider_error_fault(payload.get("error") or payload)
         if kind == "content_block_delta":
             return self._delta(payload)
@@ -330,11 +324,7 @@ class AnthropicChatClient(BaseChatClient):
 
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   "anthropic-version": ANTHROPIC_VERSION}
-        if self.api_key:
-            headers["x-api-key"] = self.api_key
-        headers.update(self.extra_headers)
+        headers = self._headers({"anthropic-version": ANTHROPIC_VERSION, "x-api-key": self.api_key})
         system, converted = convert_messages(messages, system_prompt)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
         if system:

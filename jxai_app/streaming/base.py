@@ -30,9 +30,16 @@ from httpx_sse import ServerSentEvent
 
 from jxai_app.errors import ConfigurationError
 from jxai_app.streaming.events import DoneEvent, ErrorEvent, StreamEvent
-from jxai_app.streaming.fault import MAX_ERROR_BODY, UpstreamFault, http_fault, secret_values
+from jxai_app.streaming.fault import (
+    MAX_ERROR_BODY,
+    UpstreamFault,
+    error_event_fault,
+    http_fault,
+    provider_error_fault,
+    secret_values,
+)
 from jxai_app.streaming.guard import Cancelled as Cancelled, Guard as Guard, Signal as Signal  # re-exported
-from jxai_app.streaming.sse import SSEReader, is_complete_object
+from jxai_app.streaming.sse import SSEReader, is_complete_object, parse_payload
 
 if TYPE_CHECKING:
     from jxai_app.streaming.pool import ConnectionPool
@@ -47,7 +54,6 @@ _TERMINAL: Final = (DoneEvent, ErrorEvent)
 DRAIN_SECONDS: Final[float] = 0.25
 """After a pooled answer's last event, how long its body's end (the last chunk) may take to
 arrive before the connection is closed instead of going back to the pool."""
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,30 @@ class Normaliser(Protocol):
     def on_json(self, body: Any) -> Sequence[StreamEvent]: ...
 
 
+def event_object(sse: ServerSentEvent) -> dict[str, Any] | None:
+    """The JSON object one SSE event carries, on a stream whose objects name themselves with a
+    ``type`` member and that has no ``[DONE]`` sentinel (Anthropic, proxy; SPEC §2 data rules).
+
+    Returns:
+        The object, or ``None`` for keep-alive noise (and ``[DONE]``) to skip.
+
+    Raises:
+        UpstreamFault: an SSE ``error`` event (:func:`~.fault.error_event_fault`); data that is
+            broken JSON or not an object (``invalid_stream``, :func:`~.sse.parse_payload`); an
+            object with no ``type`` but a truthy ``error`` member, i.e. a provider error sent
+            as data (:func:`~.fault.provider_error_fault` of that member).
+    """
+    if sse.event == "error":
+        raise error_event_fault(sse.data)
+    payload = parse_payload(sse.data, done_sentinel=False)
+    if payload is None:
+        return None
+    assert isinstance(payload, dict)
+    if "type" not in payload and payload.get("error"):
+        raise provider_error_fault(payload["error"])
+    return payload
+
+
 _SSL_CONTEXT: Any = None
 
 
@@ -153,6 +183,18 @@ class BaseChatClient:
     def _normaliser(self) -> Normaliser:
         """A fresh normaliser for one response."""
         raise NotImplementedError
+
+    # -- what the providers share -------------------------------------------------------------
+    def _headers(self, own: Mapping[str, str | None]) -> dict[str, str]:
+        """A request's headers: JSON in and an event stream out, then the client's ``own``
+        (in order; an entry whose value is ``None`` or empty, e.g. no key configured, is left
+        out), then ``extra_headers``, which win."""
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        for name, value in own.items():
+            if value:
+                headers[name] = value
+        headers.update(self.extra_headers)
+        return headers
 
     # -- the boundary ------------------------------------------------------------------------
     async def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,

@@ -85,6 +85,16 @@ def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
 
 
+def _reasoning(message: dict[str, Any]) -> str | None:
+    """The reasoning text of a stream delta or a whole message: ``reasoning_content``
+    (DeepSeek, llama.cpp's server), else — only when that member is absent or null —
+    ``reasoning`` (OpenRouter); ``None`` unless it is a non-empty string."""
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("reasoning")
+    return _text(reasoning)
+
+
 class OpenAINormaliser:
     """Chat-completion chunks → normalised events, for one response (SPEC §2 rules)."""
 
@@ -150,10 +160,8 @@ class OpenAINormaliser:
                 if len(delta) == 1:  # the common text-only delta: nothing else to look for
                     delta = None
         if delta:
-            reasoning = delta.get("reasoning_content")
-            if reasoning is None:
-                reasoning = delta.get("reasoning")
-            if reasoning and type(reasoning) is str:
+            reasoning = _reasoning(delta)
+            if reasoning is not None:
                 out.append(ReasoningEvent(content=reasoning))
             tool_calls = delta.get("tool_calls")
             if tool_calls and type(tool_calls) is list:
@@ -199,10 +207,8 @@ class OpenAINormaliser:
         if type(message) is not dict:
             raise _not_a_completion()
         out: list[StreamEvent] = []
-        reasoning = message.get("reasoning_content")
-        if reasoning is None:
-            reasoning = message.get("reasoning")
-        if reasoning and type(reasoning) is str:
+        reasoning = _reasoning(message)
+        if reasoning is not None:
             out.append(ReasoningEvent(content=reasoning))
         content = message.get("content")
         if content and type(content) is str:
@@ -266,10 +272,7 @@ class OpenAIChatClient(BaseChatClient):
                        system_prompt: str, guard: Guard) -> PreparedRequest:
         """Body members in GW-15 order: model, messages (system first, SC-1), stream,
         stream_options, [temperature], [max_tokens], [tools, tool_choice, parallel_tool_calls]."""
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        headers.update(self.extra_headers)
+        headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [{"role": "system", "content": system_prompt}, *map(_wire_message, messages)],

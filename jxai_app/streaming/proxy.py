@@ -26,11 +26,10 @@ from httpx_sse import ServerSentEvent
 
 from jxai_app.errors import ConfigurationError, InvalidEventError
 from jxai_app.problems import problem
-from jxai_app.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest
+from jxai_app.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest, event_object
 from jxai_app.streaming.events import ErrorEvent, StreamEvent, event_from_dict
-from jxai_app.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.streaming.fault import UpstreamFault, provider_error_fault
 from jxai_app.streaming.pool import ConnectionPool
-from jxai_app.streaming.sse import parse_payload
 
 DEFAULT_PROXY_MODEL: Final[str] = "gpt-4o"
 """Model sent when none is configured (SC-31)."""
@@ -44,25 +43,19 @@ class ProxyNormaliser:
     __slots__ = ()
 
     def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
-        out.extend(self._handle(sse))
-
-    def _handle(self, sse: ServerSentEvent) -> Sequence[StreamEvent]:
-        if sse.event == "error":
-            raise error_event_fault(sse.data)
-        payload = parse_payload(sse.data, done_sentinel=False)
+        """One SSE event: its object re-yielded when it is a valid event (an ``error`` event
+        given its missing ``code``/``problem``), skipped when it is not."""
+        payload = event_object(sse)
         if payload is None:
-            return ()
-        assert isinstance(payload, dict)
-        if "type" not in payload and payload.get("error"):
-            raise provider_error_fault(payload["error"])
+            return
         try:
             event = event_from_dict(payload)
         except InvalidEventError:
-            return ()  # not an event this client knows: skipped
+            return  # not an event this client knows: skipped
         if isinstance(event, ErrorEvent) and (event.code is None or event.problem is None):
             event = ErrorEvent(message=event.message, code=event.code or "upstream_error",
                                problem=event.problem or problem("upstream-failure", event.message))
-        return (event,)
+        out.append(event)
 
     def on_eof(self) -> Sequence[StreamEvent]:
         raise UpstreamFault("incomplete_stream", "The stream ended without a done or error event.")
@@ -129,12 +122,7 @@ class ProxyChatClient(BaseChatClient):
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
         url = await self._url(guard)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self.api_key:
-            headers["X-Api-Key"] = self.api_key
-        if self.api_base_url:
-            headers["X-Api-Base-URL"] = self.api_base_url
-        headers.update(self.extra_headers)
+        headers = self._headers({"X-Api-Key": self.api_key, "X-Api-Base-URL": self.api_base_url})
         body = {"messages": list(messages), "tools": list(tools), "systemPrompt": system_prompt,
                 "model": self.model or DEFAULT_PROXY_MODEL}
         return PreparedRequest(url, headers, body)

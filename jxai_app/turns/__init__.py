@@ -3,7 +3,9 @@
 Modules::
 
     hub.py      TurnHub: the worker's live runners, local followers, layer plumbing; get_hub()
-    runner.py   TurnRunner: one turn as a task (seq numbering, replay log, batches, control)
+    runner.py   TurnRunner: one turn as a task (seq numbering, replay log, store writes)
+    batches.py  LayerBatcher: a turn's frames to the layer every 50 ms, merged
+    remote.py   ControlChannel: cancel, replay, follow from other workers
     log.py      ReplayLog: a running turn's events, compact, replayed exactly
     launch.py   start_turn: the send's transaction, the model request started once it is decided
     control.py  cancel_turn, retry_turn, conversation_retitle, conversation_remove

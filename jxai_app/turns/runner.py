@@ -6,9 +6,9 @@ A :class:`TurnRunner` is a task owned by the worker process, not by a connection
 1. numbers it (``seq`` 1, 2, 3 … per turn) with the id of the assistant message it belongs
    to, and appends it to the turn's :class:`~jxai_app.turns.log.ReplayLog`;
 2. pushes it at once to the sockets of this process following the conversation (the hub);
-3. gathers it for the layer: every ``batch_interval`` (50 ms) one ``jxai.frames`` message
-   with every frame since the last one goes to the conversation's group, so a channel
-   never holds more than a few messages per second per turn (the layer drops past 100);
+3. gathers it for the layer (:class:`~jxai_app.turns.batches.LayerBatcher`): every
+   ``batch_interval`` (50 ms) one ``jxai.frames`` message with every frame since the last
+   one goes to the conversation's group (the layer drops messages past 100 per channel);
 4. applies it to the store through a :class:`~jxai_app.store.TurnRecorder`: text stays in
    memory and is flushed at most every 2 s; a round's end, a tool result and the turn's end
    are one or two writes each (all writes one at a time, in a thread, never per delta);
@@ -21,10 +21,12 @@ streaming) and ``message_saved`` of the user message first; ``message_saved`` af
 completed round and tool result; ``conversation`` (final status) after the turn ended in
 the database, right after the ``turn_end`` event.
 
-Control (any worker): the runner listens on its own layer channel, in the group
-``jxai.turnctl.<hex>``: ``jxai.cancel`` sets the Stop signal (answered at once),
-``jxai.replay`` answers the log after a seq, ``jxai.follow``/``jxai.unfollow`` count
-sockets of other workers (``JXAI_CANCEL_ON_DISCONNECT``).
+The model request starts before the send's transaction commits
+(:mod:`jxai_app.turns.launch`): until :meth:`TurnRunner.bind`, nothing is published or
+written and the first model event waits.
+
+Control from any worker: :class:`~jxai_app.turns.remote.ControlChannel` (cancel, replay,
+follow/unfollow).
 
 When the rows show the turn is no longer its own (Stop handled by the database on another
 worker, the conversation deleted, recovery), the runner sets its own Stop signal and writes
@@ -52,10 +54,11 @@ from jxai_app.store import TurnRecorder, TurnStart
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.streaming.events import DoneEvent, ErrorEvent
 from jxai_app.tools import ToolContext
-from jxai_app.turns import names
+from jxai_app.turns.batches import LayerBatcher
 from jxai_app.turns.hub import TurnHub, TurnState
 from jxai_app.turns.log import ReplayLog
 from jxai_app.turns.meter import RoundMeter
+from jxai_app.turns.remote import ControlChannel
 
 __all__ = ["TurnRunner"]
 
@@ -142,9 +145,8 @@ class TurnRunner:
         self._lost = False
         self._write_lock = asyncio.Lock()
         self._flush_wanted = asyncio.Event()
-        self._batch: list[dict[str, Any]] = []
-        self._batch_ready = asyncio.Event()
-        self._control_channel: str | None = None
+        self._batcher = LayerBatcher(hub, conversation_id, self.turn_id) if hub.fanout else None
+        self._remote = ControlChannel(self)
         self._error: ErrorEvent | None = None
         self._meter = RoundMeter(history, system_prompt)
         self._first_notice: asyncio.Task[None] | None = None
@@ -210,9 +212,8 @@ class TurnRunner:
     # ------------------------------------------------------------------ publishing
     def _publish(self, frame: dict[str, Any]) -> None:
         self.hub.push_local(self.conversation_id, frame)
-        if self.hub.fanout:
-            self._batch.append(frame)
-            self._batch_ready.set()
+        if self._batcher is not None:
+            self._batcher.add(frame)
 
     def _publish_event(self, event: dict[str, Any]) -> None:
         seq = self.log.last_seq + 1
@@ -246,93 +247,6 @@ class TurnRunner:
         data = await database_sync_to_async(_read_message)(pk)
         if data is not None:
             self._publish({"type": "message_saved", "conversationId": self._cid, "message": data})
-
-    @staticmethod
-    def _merge(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Consecutive ``events`` frames of the turn become one (items concatenated; the
-        frames pushed locally are not changed)."""
-        out: list[dict[str, Any]] = []
-        for frame in frames:
-            last = out[-1] if out else None
-            if last is not None and last["type"] == "events" == frame["type"] and last["turnId"] == frame["turnId"]:
-                last["items"].extend(frame["items"])
-            elif frame["type"] == "events":
-                out.append({**frame, "items": list(frame["items"])})
-            else:
-                out.append(frame)
-        return out
-
-    async def _send_batches(self) -> None:
-        """Forward gathered frames to the layer every ``batch_interval`` until the turn ends."""
-        group = names.conversation_group(self.conversation_id)
-        while True:
-            await self._batch_ready.wait()
-            if not self.finished.is_set():
-                await asyncio.sleep(self.hub.batch_interval)
-            self._batch_ready.clear()
-            frames, self._batch = self._batch, []
-            await self.hub.group_frames(group, self.conversation_id, self._merge(frames))
-            if self.finished.is_set() and not self._batch:
-                return
-
-    # ------------------------------------------------------------------ layer control
-    async def _open_control(self) -> None:
-        layer = self.hub.layer
-        if layer is None:
-            return
-        try:
-            self._control_channel = await layer.new_channel()
-            await layer.group_add(names.control_group(self.conversation_id), self._control_channel)
-        except Exception:
-            logger.exception("turn %s: cannot open its control channel", self.turn_id)
-            self._control_channel = None
-
-    async def _close_control(self) -> None:
-        layer, channel = self.hub.layer, self._control_channel
-        if layer is None or channel is None:
-            return
-        try:
-            await layer.group_discard(names.control_group(self.conversation_id), channel)
-        except Exception:
-            logger.exception("turn %s: cannot leave its control group", self.turn_id)
-
-    async def _control(self) -> None:
-        await self._open_control()
-        layer, channel = self.hub.layer, self._control_channel
-        if layer is None or channel is None:
-            return
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("turn %s: control channel failed", self.turn_id)
-                await asyncio.sleep(0.5)
-                continue
-            kind = message.get("type")
-            if kind == names.CANCEL:
-                self.cancel()
-                await self._reply(message, {"cancelled": True, "turnId": self.turn_id})
-            elif kind == names.REPLAY:
-                after = message.get("afterSeq")
-                state = self.state(after if isinstance(after, int) and after >= 0 else 0)
-                await self._reply(message, state.to_message())
-            elif kind == names.FOLLOW and isinstance(message.get("follower"), str):
-                self.remote_followers.add(message["follower"])
-            elif kind == names.UNFOLLOW:
-                self.remote_followers.discard(message.get("follower"))
-                if message.get("closing"):
-                    self.follower_left()
-
-    async def _reply(self, request: dict[str, Any], body: dict[str, Any]) -> None:
-        reply_to = request.get("reply_to")
-        if not isinstance(reply_to, str):
-            return
-        try:
-            await self.hub.layer.send(reply_to, {"type": names.REPLY, "request": request.get("request"), **body})
-        except Exception:
-            logger.exception("turn %s: cannot answer %s", self.turn_id, request.get("type"))
 
     # ------------------------------------------------------------------ store
     async def _write(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -382,9 +296,9 @@ class TurnRunner:
             return
         helpers: list[asyncio.Task[Any]] = []
         try:
-            helpers = [asyncio.ensure_future(self._control()), asyncio.ensure_future(self._keep_flushed())]
-            if self.hub.fanout:
-                self.hub.spawn(self._send_batches(), name=f"jxai-turn-batches-{self.turn_id}")
+            helpers = [asyncio.ensure_future(self._remote.serve()), asyncio.ensure_future(self._keep_flushed())]
+            if self._batcher is not None:
+                self._batcher.start()
             if self._conversation is not None:
                 self._announce(self._conversation)
             else:
@@ -405,11 +319,12 @@ class TurnRunner:
         finally:
             self.finished.set()
             self._flush_wanted.set()
-            self._batch_ready.set()
+            if self._batcher is not None:
+                self._batcher.close()
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            await self._close_control()
+            await self._remote.close()
             self.hub.unregister(self)
 
     async def _run(self) -> None:

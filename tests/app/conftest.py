@@ -1,21 +1,31 @@
-"""Fixtures for the Django-layer tests: users, a fake monotonic clock, a write counter."""
+"""Fixtures for the Django-layer tests: users, fake clocks (the store's monotonic one and
+ratelimit's wall clock), a write counter, and websocket steps the turn tests share."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.db import connection
 
+if TYPE_CHECKING:
+    from tests.app.turns_support import Tab
+
+
+NOON = datetime(2025, 3, 4, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+"""A fixed wall-clock instant (Unix seconds): the start of a minute window, 12 h before
+midnight UTC. Where :func:`wall_clock` starts."""
+
 
 class FakeClock:
-    """A monotonic clock the test moves by hand (seconds)."""
+    """A clock the test moves by hand: ``now`` in seconds (set it, or :meth:`advance` it)."""
 
-    def __init__(self) -> None:
-        self.now = 1000.0
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -50,9 +60,49 @@ def count_writes() -> Iterator[WriteCounter]:
         yield counter
 
 
+async def start_streaming(tab: Tab, text: str, *, delta_frames: int = 1) -> str:
+    """Send ``text`` on ``tab`` as the first message of a new conversation and return once
+    ``delta_frames`` frames carrying a ``delta`` event have arrived (the answer is streaming).
+
+    Returns the new conversation's id, from the ``conversation`` frame the send answers with
+    first. Raises ``AssertionError`` when a delta is more than 10 s apart (``Tab.until_event``).
+    """
+    await tab.send(type="send", conversationId=None, text=text)
+    for _ in range(delta_frames):
+        await tab.until_event("delta")
+    return str(tab.frames[0]["conversation"]["id"])
+
+
+async def watch_one_turn(tabs: Sequence[Tab], conversation_id: str, text: str) -> list[dict[str, Any]]:
+    """Subscribe every tab to the conversation, send ``text`` from the first, and wait until
+    each tab has seen the turn end and the conversation go back to idle.
+
+    Returns the ``snapshot`` frame each tab got on subscribing, in the order of ``tabs``.
+    Raises ``AssertionError`` when a tab waits more than 10 s for a frame (``Tab.until``).
+    """
+    snapshots = []
+    for tab in tabs:
+        await tab.send(type="subscribe", conversationId=conversation_id)
+        snapshots.append(await tab.until(lambda f: f["type"] == "snapshot"))
+    await tabs[0].send(type="send", conversationId=conversation_id, text=text)
+    for tab in tabs:
+        await tab.until_event("turn_end")
+        await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+    return snapshots
+
+
 @pytest.fixture
 def clock() -> FakeClock:
+    """A monotonic clock at 1000.0 s, for the store code that takes ``clock=``."""
     return FakeClock()
+
+
+@pytest.fixture
+def wall_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """``jxai_app.ratelimit.clock`` (Unix seconds) frozen at :data:`NOON` for the test."""
+    fixed = FakeClock(NOON)
+    monkeypatch.setattr("jxai_app.ratelimit.clock", fixed)
+    return fixed
 
 
 @pytest.fixture

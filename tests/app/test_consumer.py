@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from jxai_app import store
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus, ToolCall
+from tests.app.conftest import start_streaming, watch_one_turn
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
     DOWN_MODEL, MODEL, Tab, assert_in_order, fake, hub, text_script, tool_script,
 )
@@ -147,14 +148,8 @@ async def test_two_tabs_see_identical_events(user: Any, fake: FakeProvider, hub:
     cid = str(conversation.pk)
     fake.add(text_script([f"t{i}" for i in range(40)], delay=0.002))
     one, two = await Tab(user).open(), await Tab(user).open()
-    for tab in (one, two):
-        await tab.send(type="subscribe", conversationId=cid)
-        snapshot = await tab.until(lambda f: f["type"] == "snapshot")
-        assert snapshot["turn"] is None and snapshot["messages"] == []
-    await one.send(type="send", conversationId=cid, text="Count.")
-    for tab in (one, two):
-        await tab.until_event("turn_end")
-        await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+    snapshots = await watch_one_turn((one, two), cid, "Count.")
+    assert all(snapshot["turn"] is None and snapshot["messages"] == [] for snapshot in snapshots)
     assert one.items == two.items
     assert_in_order(one.events())
     assert one.text() == "".join(f"t{i}" for i in range(40))
@@ -168,10 +163,7 @@ async def test_subscribe_mid_turn_gets_text_so_far_then_live_events(user: Any, f
     parts = [f"p{i}," for i in range(120)]
     fake.add(text_script(parts, delay=0.01))
     one = await Tab(user).open()
-    await one.send(type="send", conversationId=None, text="Stream slowly.")
-    for _ in range(20):
-        await one.until_event("delta")
-    cid = one.frames[0]["conversation"]["id"]
+    cid = await start_streaming(one, "Stream slowly.", delta_frames=20)
     late = await Tab(user).open()
     await late.send(type="subscribe", conversationId=cid)
     snapshot = await late.until(lambda f: f["type"] == "snapshot")
@@ -191,9 +183,7 @@ async def test_closing_the_tab_mid_turn_lets_the_turn_finish_and_save(user: Any,
     parts = [f"x{i}" for i in range(60)]
     fake.add(text_script(parts, delay=0.01))
     tab = await Tab(user).open()
-    await tab.send(type="send", conversationId=None, text="Go on without me.")
-    await tab.until_event("delta")
-    cid = tab.frames[0]["conversation"]["id"]
+    cid = await start_streaming(tab, "Go on without me.")
     await tab.close()
     assert await hub.wait_idle(10)
     saved = await rows(cid)
@@ -207,9 +197,7 @@ async def test_closing_the_last_tab_cancels_with_the_setting(user: Any, fake: Fa
     settings.JXAI_CANCEL_ON_DISCONNECT = True
     fake.add(text_script([f"x{i}" for i in range(500)], delay=0.01))
     tab = await Tab(user).open()
-    await tab.send(type="send", conversationId=None, text="Stop when I leave.")
-    await tab.until_event("delta")
-    cid = tab.frames[0]["conversation"]["id"]
+    cid = await start_streaming(tab, "Stop when I leave.")
     await tab.close()
     assert fake.wait_closed(2.0)
     assert await hub.wait_idle(5)
@@ -220,9 +208,7 @@ async def test_closing_the_last_tab_cancels_with_the_setting(user: Any, fake: Fa
 async def test_a_second_send_while_running_is_a_conflict(user: Any, fake: FakeProvider, hub: Any) -> None:
     fake.add(text_script(["slow"] * 50, delay=0.02))
     tab = await Tab(user).open()
-    await tab.send(type="send", conversationId=None, text="First.")
-    await tab.until_event("delta")
-    cid = tab.frames[0]["conversation"]["id"]
+    cid = await start_streaming(tab, "First.")
     await tab.send(type="send", conversationId=cid, text="Second.")
     error = await tab.until(lambda f: f["type"] == "error")
     assert error["code"] == "conflict" and error["request"] == "send" and error["problem"]["status"] == 409

@@ -20,6 +20,7 @@ from django.utils import timezone
 from jxai_app import store
 from jxai_app.models import Conversation, Message, MessageStatus
 from tests.app.conftest import FakeClock
+from tests.support.database import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,18 +142,11 @@ def test_stray_placeholder_outside_a_turn_is_dropped(user: Any) -> None:
     assert not Message.objects.filter(conversation=conversation).exists()
 
 
-def _database_url() -> str:
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{settings['NAME']}"
-    return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
-            f"{settings['PORT'] or 5432}/{settings['NAME']}")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_turn_leaves_no_partial_once_recovery_runs(user: Any, clock: FakeClock) -> None:
     conversation = _completed_exchange(user, clock)
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DJANGO_SETTINGS_MODULE": "project.settings"}
+    env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
+           "DJANGO_SETTINGS_MODULE": "project.settings"}
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.app.crash_worker", str(user.pk), str(conversation.pk)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,

@@ -13,6 +13,7 @@ from jxai_app import conf, store
 from jxai_app.models import Conversation, ConversationStatus, Message
 from jxai_app.turns import ReplayLog, TurnHub, cancel_turn, start_turn
 from jxai_app.turns.names import conversation_group
+from tests.app.conftest import start_streaming, watch_one_turn
 from tests.app.turns_support import MODEL, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 
@@ -183,13 +184,7 @@ async def test_a_tab_on_another_worker_sees_the_same_stream(user: Any, fake: Fak
     cid = await _conversation(user)
     fake.add(text_script([f"b{i}" for i in range(300)], delay=0.001))
     a, b = await Tab(user).open(), await Tab(user, consumer_on(worker_b)).open()
-    for tab in (a, b):
-        await tab.send(type="subscribe", conversationId=cid)
-        await tab.until(lambda f: f["type"] == "snapshot")
-    await a.send(type="send", conversationId=cid, text="To both workers.")
-    for tab in (a, b):
-        await tab.until_event("turn_end")
-        await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+    await watch_one_turn((a, b), cid, "To both workers.")
     assert a.items == b.items
     assert_in_order(b.events())
     assert [f["message"]["id"] for f in a.of_type("message_saved")] == [
@@ -229,10 +224,7 @@ async def test_subscribing_mid_turn_on_another_worker_replays_from_the_runner(
     parts = [f"m{i};" for i in range(150)]
     fake.add(text_script(parts, delay=0.01))
     a = await Tab(user).open()
-    await a.send(type="send", conversationId=None, text="Begin.")
-    for _ in range(15):
-        await a.until_event("delta")
-    cid = a.frames[0]["conversation"]["id"]
+    cid = await start_streaming(a, "Begin.", delta_frames=15)
     b = await Tab(user, consumer_on(worker_b)).open()
     await b.send(type="subscribe", conversationId=cid)
     snapshot = await b.until(lambda f: f["type"] == "snapshot")

@@ -19,24 +19,10 @@ from django.urls import reverse
 from jxai_app import ratelimit, usage
 from jxai_app.errors import ProblemError
 from jxai_app.models import TurnAdmission, UsageLedger, UserLimits
+from tests.app.conftest import NOON, FakeClock
+from tests.support.database import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
-NOON = datetime(2025, 3, 4, 12, 0, 0, tzinfo=timezone.utc).timestamp()
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    fixed = Clock(NOON)
-    monkeypatch.setattr(ratelimit, "clock", fixed)
-    return fixed
 
 
 def _row(user: Any, day: date = date(2025, 3, 4)) -> UsageLedger:
@@ -44,7 +30,7 @@ def _row(user: Any, day: date = date(2025, 3, 4)) -> UsageLedger:
 
 
 @pytest.mark.django_db
-def test_record_usage_creates_then_increments_the_day_row(user: Any, clock: Clock) -> None:
+def test_record_usage_creates_then_increments_the_day_row(user: Any, wall_clock: FakeClock) -> None:
     assert ratelimit.record_usage(user, {"inputTokens": 100, "outputTokens": 20}, estimated=False) == 120
     assert ratelimit.record_usage(user, {"inputTokens": 40, "outputTokens": 8, "cachedInputTokens": 30},
                                   estimated=True) == 48
@@ -54,7 +40,7 @@ def test_record_usage_creates_then_increments_the_day_row(user: Any, clock: Cloc
 
 
 @pytest.mark.django_db
-def test_usage_marked_estimated_in_the_saved_shape_counts_as_estimated(user: Any, clock: Clock) -> None:
+def test_usage_marked_estimated_in_the_saved_shape_counts_as_estimated(user: Any, wall_clock: FakeClock) -> None:
     ratelimit.record_usage(user, {"inputTokens": 5, "outputTokens": 5, "estimated": True}, estimated=False)
     assert _row(user).estimated_tokens == 10
 
@@ -62,27 +48,27 @@ def test_usage_marked_estimated_in_the_saved_shape_counts_as_estimated(user: Any
 @pytest.mark.parametrize("bad", [None, {}, {"inputTokens": -3, "outputTokens": "7"},
                                  {"inputTokens": True, "outputTokens": float("nan")}, "not a mapping"])
 @pytest.mark.django_db
-def test_missing_or_bad_counts_record_a_request_with_no_tokens(user: Any, clock: Clock, bad: Any) -> None:
+def test_missing_or_bad_counts_record_a_request_with_no_tokens(user: Any, wall_clock: FakeClock, bad: Any) -> None:
     assert ratelimit.record_usage(user, bad, estimated=False) == 0
     row = _row(user)
     assert (row.input_tokens, row.output_tokens, row.requests) == (0, 0, 1)
 
 
 @pytest.mark.django_db
-def test_no_user_records_nothing(clock: Clock) -> None:
+def test_no_user_records_nothing(wall_clock: FakeClock) -> None:
     assert ratelimit.record_usage(None, {"inputTokens": 5, "outputTokens": 5}, estimated=False) == 0
     assert not UsageLedger.objects.exists()
 
 
 @pytest.mark.django_db
-def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, clock: Clock) -> None:
+def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, wall_clock: FakeClock) -> None:
     UserLimits.objects.create(user=user, tokens_per_day=50, turns_per_minute=0)
-    clock.now = datetime(2025, 3, 4, 23, 59, 58, tzinfo=timezone.utc).timestamp()
+    wall_clock.now = datetime(2025, 3, 4, 23, 59, 58, tzinfo=timezone.utc).timestamp()
     ratelimit.record_usage(user, {"inputTokens": 50, "outputTokens": 0}, estimated=False)
     with pytest.raises(ProblemError) as caught:
         ratelimit.check_turn_allowed(user)
     assert caught.value.slug == "quota-exceeded" and caught.value.problem["retry_after"] == 2
-    clock.now += 2
+    wall_clock.now += 2
     ratelimit.check_turn_allowed(user)
     ratelimit.record_usage(user, {"inputTokens": 7, "outputTokens": 0}, estimated=False)
     assert list(UsageLedger.objects.order_by("day").values_list("day", "input_tokens")) == [
@@ -90,19 +76,19 @@ def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, clock: Clock) 
 
 
 @pytest.mark.django_db
-def test_the_minute_is_an_exact_sliding_window(user: Any, clock: Clock) -> None:
+def test_the_minute_is_an_exact_sliding_window(user: Any, wall_clock: FakeClock) -> None:
     UserLimits.objects.create(user=user, turns_per_minute=3)
     for _ in range(3):
         ratelimit.check_turn_allowed(user)
-        clock.now += 10
+        wall_clock.now += 10
     with pytest.raises(ProblemError) as caught:  # at +30 s: the first turn leaves at +60 s
         ratelimit.check_turn_allowed(user)
     assert caught.value.slug == "rate-limited" and caught.value.problem["retry_after"] == 30
-    clock.now = NOON + 59.5
+    wall_clock.now = NOON + 59.5
     with pytest.raises(ProblemError) as caught:
         ratelimit.check_turn_allowed(user)
     assert caught.value.problem["retry_after"] == 1
-    clock.now = NOON + 60
+    wall_clock.now = NOON + 60
     ratelimit.check_turn_allowed(user)  # exactly 60 s later the first turn is out
     assert ratelimit.turns_in_last_minute(user) == 3
     # Admitting pruned what left the window; refusals added nothing.
@@ -110,10 +96,10 @@ def test_the_minute_is_an_exact_sliding_window(user: Any, clock: Clock) -> None:
 
 
 @pytest.mark.django_db
-def test_a_lowered_limit_waits_for_enough_turns_to_leave(user: Any, clock: Clock) -> None:
+def test_a_lowered_limit_waits_for_enough_turns_to_leave(user: Any, wall_clock: FakeClock) -> None:
     for _ in range(5):
         ratelimit.check_turn_allowed(user)
-        clock.now += 1
+        wall_clock.now += 1
     UserLimits.objects.create(user=user, turns_per_minute=2)
     with pytest.raises(ProblemError) as caught:  # at +5 s; 4 of the 5 must leave: the 4th (+3 s) at +63 s
         ratelimit.check_turn_allowed(user)
@@ -121,7 +107,7 @@ def test_a_lowered_limit_waits_for_enough_turns_to_leave(user: Any, clock: Clock
 
 
 @pytest.mark.django_db
-def test_turns_are_counted_per_user(user: Any, other_user: Any, clock: Clock) -> None:
+def test_turns_are_counted_per_user(user: Any, other_user: Any, wall_clock: FakeClock) -> None:
     UserLimits.objects.create(user=user, turns_per_minute=1)
     ratelimit.check_turn_allowed(user)
     ratelimit.check_turn_allowed(other_user)
@@ -131,7 +117,7 @@ def test_turns_are_counted_per_user(user: Any, other_user: Any, clock: Clock) ->
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_async_twins_write_the_same_ledger(user: Any, clock: Clock) -> None:
+def test_the_async_twins_write_the_same_ledger(user: Any, wall_clock: FakeClock) -> None:
     async def go() -> None:
         await ratelimit.acheck_turn_allowed(user)
         await ratelimit.arecord_usage(user, {"inputTokens": 1, "outputTokens": 2}, estimated=False)
@@ -167,16 +153,9 @@ def test_ledger_add_survives_losing_the_insert_race(user: Any, monkeypatch: pyte
 
 
 # -- several worker processes ------------------------------------------------------------
-def _database_url() -> str:
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{settings['NAME']}"
-    return (f"postgres://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST'] or '127.0.0.1'}:"
-            f"{settings['PORT'] or 5432}/{settings['NAME']}")
-
-
 def _run_workers(mode: str, user: Any, processes: int, count: int) -> list[str]:
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DJANGO_SETTINGS_MODULE": "project.settings"}
+    env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
+           "DJANGO_SETTINGS_MODULE": "project.settings"}
     workers = [subprocess.Popen([sys.executable, "-m", "tests.app.usage_worker", mode, str(user.pk), str(count)],
                                 cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                for _ in range(processes)]
@@ -217,11 +196,11 @@ def test_several_processes_never_admit_more_than_the_limit(user: Any) -> None:
 
 # -- admin ---------------------------------------------------------------------------------
 @pytest.mark.django_db
-def test_admin_usage_view_filters_by_user_and_day_with_totals(user: Any, other_user: Any, clock: Clock,
+def test_admin_usage_view_filters_by_user_and_day_with_totals(user: Any, other_user: Any, wall_clock: FakeClock,
                                                               django_user_model: Any) -> None:
     ratelimit.record_usage(user, {"inputTokens": 100, "outputTokens": 10}, estimated=False)
     ratelimit.record_usage(user, {"inputTokens": 30, "outputTokens": 3}, estimated=True)
-    clock.now += 24 * 3600
+    wall_clock.now += 24 * 3600
     ratelimit.record_usage(user, {"inputTokens": 1, "outputTokens": 1}, estimated=False)
     ratelimit.record_usage(other_user, {"inputTokens": 500, "outputTokens": 50}, estimated=False)
     client = Client()

@@ -12,6 +12,7 @@ How the pieces fit:
   to ``test-results/e2e/daphne.log``.
 * ``browser`` (module): ``/usr/bin/chromium`` headless through Playwright (never a
   downloaded browser); each test gets a fresh context and page.
+* ``logged_in``: a page where a new user has logged in (most chat tests start there).
 * Data: tests use the ``live_db`` fixture (transactional, so the server sees committed rows).
   Sync Playwright keeps an asyncio loop marked running in the test's thread, which Django's
   async-safety check would take for an async context; the ORM here runs while that loop is
@@ -35,11 +36,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 
 from tests.e2e.scripted_model import ScriptedModel
+from tests.support.database import database_url
 from tests.support.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,21 +79,6 @@ class BrowserPage:
     """Accept (``confirm()`` → OK) instead of dismissing; dialogs are recorded either way."""
 
 
-def _database_url(settings: dict[str, Any]) -> str:
-    """A ``DATABASE_URL`` for the test database of the current connection."""
-    engine = settings["ENGINE"]
-    if engine.endswith("sqlite3"):
-        return f"sqlite:///{Path(settings['NAME']).resolve()}"
-    if "postgresql" in engine:
-        user = quote(settings.get("USER") or "", safe="")
-        password = quote(settings.get("PASSWORD") or "", safe="")
-        auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-        host = settings.get("HOST") or "127.0.0.1"
-        port = f":{settings['PORT']}" if settings.get("PORT") else ""
-        return f"postgres://{auth}{host}{port}/{quote(settings['NAME'], safe='')}"
-    raise RuntimeError(f"browser tests do not know how to share a {engine} test database")
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -128,7 +114,7 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
     from django.db import connection
 
     with django_db_blocker.unblock():
-        database_url = _database_url(connection.settings_dict)
+        db_url = database_url(connection.settings_dict)
     fake, _ = fake_llm
     registry = {
         "providers": {"fake": {"kind": "openai", "base_url": fake.url, "api_key_env": None}},
@@ -140,7 +126,7 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
         },
         "roles": {"default": "fake-model"},
     }
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": database_url,
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": db_url,
            "JXAI_MODELS_JSON": json.dumps(registry), "DJANGO_DEBUG": "1", "JXAI_UPSTREAM_RETRIES": "0",
            "JXAI_CONVERSATIONS_PAGE_SIZE": str(PAGE_SIZE), "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING"}
     for name in ("JXAI_MODELS_FILE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"):
@@ -256,6 +242,20 @@ def open_page(app_server: LiveServer, browser: Any, request: pytest.FixtureReque
                 pass
     for context in contexts:
         context.close()
+
+
+@pytest.fixture
+def logged_in(open_page: Any, make_user: Any) -> Any:
+    """``logged_in(viewport=None) -> BrowserPage``: a new page (in a new context) where a new
+    user has logged in through the login page, its websocket open (``steps.login``)."""
+    from tests.e2e.steps import login  # steps imports this module
+
+    def open_logged_in(viewport: dict[str, int] | None = None) -> BrowserPage:
+        recorded = open_page(viewport=viewport)
+        login(recorded, make_user())
+        return recorded
+
+    return open_logged_in
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -35,6 +35,39 @@ def send(recorded: BrowserPage, text: str) -> None:
     composer.press("Enter")
 
 
+def ask(recorded: BrowserPage, text: str, until: str) -> Any:
+    """Send ``text``, then wait until the first assistant message shows ``until``; return that
+    message (a Playwright locator). Times out after the context's default (10 s)."""
+    send(recorded, text)
+    answer = recorded.page.get_by_test_id("message-assistant").first
+    answer.get_by_text(until).wait_for()
+    return answer
+
+
+def ask_for_echo(recorded: BrowserPage, text: str) -> None:
+    """Send ``text`` and wait for the scripted model's plain answer (``You said: <text>``, see
+    ``scripted_model.py``) and for the turn to end."""
+    send(recorded, text)
+    recorded.page.get_by_text(f"You said: {text}").wait_for()
+    wait_idle(recorded)
+
+
+def reload(recorded: BrowserPage) -> None:
+    """Reload the page and wait until its websocket is open again."""
+    recorded.page.reload()
+    wait_connected(recorded)
+
+
+def stop_and_read_words(recorded: BrowserPage) -> list[int]:
+    """Click Stop on a ``[slow]`` answer, wait (5 s at most) for the turn to end, and return the
+    numbers of the words shown, checked to be 0, 1, 2 … with no gap and no duplicate."""
+    recorded.page.get_by_test_id("stop").click()
+    wait_idle(recorded, timeout=5_000)
+    words = slow_words(assistant_text(recorded))
+    assert words == list(range(len(words))), words
+    return words
+
+
 def screenshot(recorded: BrowserPage, name: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name

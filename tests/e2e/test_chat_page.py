@@ -17,10 +17,12 @@ from jxai_app.models import Conversation, Message
 from tests.e2e.conftest import ROOT
 from tests.e2e.scripted_model import SLOW_WORDS
 from tests.e2e.steps import (
-    assert_clean, assistant_text, conversation_id, login, screenshot, send, slow_words, wait_connected, wait_idle,
+    ask, ask_for_echo, assert_clean, assistant_text, conversation_id, login, reload, screenshot, send, slow_words,
+    wait_connected, wait_idle,
 )
 
 pytestmark = pytest.mark.browser
+
 
 def test_log_in_send_and_see_the_streamed_answer(open_page: Any, make_user: Any) -> None:
     user = make_user()
@@ -31,10 +33,8 @@ def test_log_in_send_and_see_the_streamed_answer(open_page: Any, make_user: Any)
     page = tab.page
     assert page.get_by_test_id("composer").evaluate("el => el === document.activeElement")
 
-    send(tab, "hi there")
+    answer = ask(tab, "hi there", until="second point")
     page.get_by_test_id("message-user").filter(has_text="hi there").wait_for()
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("second point").wait_for()
     wait_idle(tab)
     assert "Hello! You said: hi there" in assistant_text(tab)
     assert answer.locator(".message-body li").count() == 2        # Markdown rendered as a list
@@ -56,9 +56,8 @@ def test_log_in_send_and_see_the_streamed_answer(open_page: Any, make_user: Any)
     assert_clean(tab)
 
 
-def test_a_tool_call_shows_as_a_card_then_the_answer(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
+    tab = logged_in()
     page = tab.page
     send(tab, "What is 6 times 7? Use the calculator.")
     card = page.get_by_test_id("tool-call").first
@@ -85,8 +84,7 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(open_page: Any, make_user: 
     if os.environ.get("JXAI_UPDATE_SCREENSHOT") == "1":               # refresh the README picture
         shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
     # Reload: the saved card (result included) comes back from the database.
-    page.reload()
-    wait_connected(tab)
+    reload(tab)
     saved = page.get_by_test_id("tool-call").first
     saved.get_by_test_id("tool-result").wait_for(state="attached")
     assert saved.get_attribute("data-state") == "success"
@@ -94,13 +92,10 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(open_page: Any, make_user: 
     assert_clean(tab)
 
 
-def test_stop_mid_stream_stops_the_answer_and_drops_it(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_stop_mid_stream_stops_the_answer_and_drops_it(logged_in: Any) -> None:
+    tab = logged_in()
     page = tab.page
-    send(tab, "[slow] tell me a long story")
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("word12").wait_for()
+    answer = ask(tab, "[slow] tell me a long story", until="word12")
     assert page.get_by_test_id("stop").is_visible() and not page.get_by_test_id("send").is_visible()
     screenshot(tab, "mid-stream.png")
     page.get_by_test_id("stop").click()
@@ -115,36 +110,28 @@ def test_stop_mid_stream_stops_the_answer_and_drops_it(open_page: Any, make_user
     cid = conversation_id(tab)
     assert not Message.objects.filter(conversation_id=cid, role="assistant").exists()
 
-    page.reload()                                                    # the partial answer is gone
-    wait_connected(tab)
+    reload(tab)                                                      # the partial answer is gone
     page.get_by_test_id("message-user").filter(has_text="tell me a long story").wait_for()
     assert page.get_by_test_id("message-assistant").count() == 0
     # Escape stops too, from the keyboard.
-    send(tab, "[slow] again")
-    page.get_by_test_id("message-assistant").first.get_by_text("word3").wait_for()
+    ask(tab, "[slow] again", until="word3")
     page.get_by_test_id("composer").press("Escape")
     wait_idle(tab, timeout=5_000)
     assert_clean(tab)
 
 
-def test_reload_and_the_list_bring_back_the_saved_conversation(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_reload_and_the_list_bring_back_the_saved_conversation(logged_in: Any) -> None:
+    tab = logged_in()
     page = tab.page
-    send(tab, "first question")
-    page.get_by_text("You said: first question").wait_for()
-    wait_idle(tab)
+    ask_for_echo(tab, "first question")
     first = conversation_id(tab)
     page.get_by_test_id("new-conversation").click()
     assert page.url.endswith("/") and page.get_by_test_id("message-user").count() == 0
-    send(tab, "second question")
-    page.get_by_text("You said: second question").wait_for()
-    wait_idle(tab)
+    ask_for_echo(tab, "second question")
     second = conversation_id(tab)
     assert first != second
 
-    page.reload()
-    wait_connected(tab)
+    reload(tab)
     page.get_by_text("You said: second question").wait_for()
     links = page.get_by_test_id("conversation-link")
     assert [links.nth(i).get_attribute("href") for i in range(links.count())] == [f"/c/{second}", f"/c/{first}"]
@@ -158,11 +145,9 @@ def test_reload_and_the_list_bring_back_the_saved_conversation(open_page: Any, m
     assert_clean(tab)
 
 
-def test_a_second_tab_sees_the_same_stream_and_can_stop_it(open_page: Any, make_user: Any) -> None:
-    first = open_page()
-    login(first, make_user())
-    send(first, "[slow] stream to two tabs")
-    first.page.get_by_test_id("message-assistant").first.get_by_text("word5").wait_for()
+def test_a_second_tab_sees_the_same_stream_and_can_stop_it(open_page: Any, logged_in: Any) -> None:
+    first = logged_in()
+    ask(first, "[slow] stream to two tabs", until="word5")
     cid = conversation_id(first)
 
     second = open_page(context=first.page.context)                  # same session, new tab
@@ -181,11 +166,9 @@ def test_a_second_tab_sees_the_same_stream_and_can_stop_it(open_page: Any, make_
     assert_clean(first, second)
 
 
-def test_an_upstream_error_shows_a_banner_and_retry_recovers(open_page: Any, make_user: Any,
-                                                             fake_llm: Any) -> None:
+def test_an_upstream_error_shows_a_banner_and_retry_recovers(logged_in: Any, fake_llm: Any) -> None:
     _, model = fake_llm
-    tab = open_page()
-    login(tab, make_user())
+    tab = logged_in()
     page = tab.page
     text = f"[fail] please answer {time.monotonic()}"
     send(tab, text)
@@ -198,8 +181,7 @@ def test_an_upstream_error_shows_a_banner_and_retry_recovers(open_page: Any, mak
     cid = conversation_id(tab)
     assert Conversation.objects.get(pk=cid).status == "error"
 
-    page.reload()                                                    # the failure is remembered
-    wait_connected(tab)
+    reload(tab)                                                      # the failure is remembered
     banner.wait_for()
     assert retry.is_visible()
 
@@ -214,9 +196,8 @@ def test_an_upstream_error_shows_a_banner_and_retry_recovers(open_page: Any, mak
     assert_clean(tab)
 
 
-def test_keyboard_only(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_keyboard_only(logged_in: Any) -> None:
+    tab = logged_in()
     page = tab.page
     composer = page.get_by_test_id("composer")
     composer.press_sequentially("line one")
@@ -241,18 +222,15 @@ def test_keyboard_only(open_page: Any, make_user: Any) -> None:
     assert_clean(tab)
 
 
-def test_model_picker_rename_and_delete(open_page: Any, make_user: Any, fake_llm: Any) -> None:
+def test_model_picker_rename_and_delete(logged_in: Any, fake_llm: Any) -> None:
     fake, _ = fake_llm
-    tab = open_page()
-    login(tab, make_user())
+    tab = logged_in()
     page = tab.page
     picker = page.get_by_test_id("model")
     assert [o.get_attribute("value") for o in picker.locator("option").all()] == ["fake-model", "fake-large"]
     assert picker.input_value() == "fake-model"
     picker.select_option("fake-large")
-    send(tab, "which model is this?")
-    page.get_by_text("You said: which model is this?").wait_for()
-    wait_idle(tab)
+    ask_for_echo(tab, "which model is this?")
     asked = [r.json for r in fake.requests if r.json and r.json.get("messages", [{}])[-1].get("content")
              == "which model is this?"]
     assert [body["model"] for body in asked] == ["fake-large"]
@@ -277,13 +255,10 @@ def test_model_picker_rename_and_delete(open_page: Any, make_user: Any, fake_llm
     assert_clean(tab)
 
 
-def test_narrow_screen(open_page: Any, make_user: Any) -> None:
-    tab = open_page(viewport={"width": 390, "height": 760})
-    login(tab, make_user())
+def test_narrow_screen(logged_in: Any) -> None:
+    tab = logged_in(viewport={"width": 390, "height": 760})
     page = tab.page
-    send(tab, "small screen")
-    page.get_by_text("You said: small screen").wait_for()
-    wait_idle(tab)
+    ask_for_echo(tab, "small screen")
     link = page.get_by_test_id("conversation-link").first
     assert not link.is_visible()                                     # the list is folded away
     toggle = page.get_by_role("button", name="Conversations")
@@ -306,9 +281,8 @@ def test_narrow_screen(open_page: Any, make_user: Any) -> None:
     assert_clean(tab)
 
 
-def test_log_out(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_log_out(logged_in: Any) -> None:
+    tab = logged_in()
     tab.page.get_by_test_id("logout").click()
     tab.page.wait_for_url("**/accounts/login/")
     tab.page.goto("/")

@@ -14,7 +14,9 @@ from typing import Any, Callable
 import pytest
 
 from tests.e2e.conftest import BrowserPage
-from tests.e2e.steps import assert_clean, assistant_text, conversation_id, login, send, slow_words, wait_connected, wait_idle
+from tests.e2e.steps import (
+    ask, assert_clean, conversation_id, login, reload, stop_and_read_words, wait_connected, wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -80,9 +82,7 @@ def test_a_dropped_socket_reconnects_resubscribes_and_catches_up(tapped: Any, ma
     tab, tap = tapped
     login(tab, make_user())
     page = tab.page
-    send(tab, "[slow] keep going through a network fault")
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("word8").wait_for()
+    ask(tab, "[slow] keep going through a network fault", until="word8")
     cid = conversation_id(tab)
 
     tap.cut()
@@ -92,10 +92,7 @@ def test_a_dropped_socket_reconnects_resubscribes_and_catches_up(tapped: Any, ma
     assert {"type": "subscribe", "conversationId": cid} in tap.to_server[1]
     answer = page.get_by_test_id("message-assistant").first
     answer.get_by_text("word40").wait_for()                          # the stream goes on
-    page.get_by_test_id("stop").click()
-    wait_idle(tab, timeout=5_000)
-    words = slow_words(assistant_text(tab))
-    assert words == list(range(len(words))) and len(words) >= 40    # no gap, no duplicate
+    assert len(stop_and_read_words(tab)) >= 40                       # no gap, no duplicate
     assert page.get_by_test_id("message-user").count() == 1
     assert_clean(tab)
 
@@ -110,9 +107,7 @@ def test_missing_events_are_asked_for_again_with_resync(tapped: Any, make_user: 
         return frame.get("type") == "events" and any(item.get("seq") in withheld for item in frame["items"])
 
     tap.drop = lose_seq_6_and_7
-    send(tab, "[slow] lose a few events")
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("word30").wait_for()
+    ask(tab, "[slow] lose a few events", until="word30")
     assert tap.dropped                                               # the page really missed them
     resyncs = [f for f in tap.to_server[0] if f["type"] == "resync"]
     assert resyncs, tap.to_server[0]
@@ -121,20 +116,14 @@ def test_missing_events_are_asked_for_again_with_resync(tapped: Any, make_user: 
     replays = [f for f in tap.to_page if f["type"] == "replay"]
     assert replays and replays[0]["turnId"] == first["turnId"]
     assert {item["seq"] for item in replays[0]["items"]} >= withheld
-    page.get_by_test_id("stop").click()
-    wait_idle(tab, timeout=5_000)
-    words = slow_words(assistant_text(tab))
-    assert words == list(range(len(words))) and len(words) >= 30
+    assert len(stop_and_read_words(tab)) >= 30                       # no gap, no duplicate
     assert_clean(tab)
 
 
-def test_reasoning_is_shown_folded_apart_from_the_answer(open_page: Any, make_user: Any) -> None:
-    tab = open_page()
-    login(tab, make_user())
+def test_reasoning_is_shown_folded_apart_from_the_answer(logged_in: Any) -> None:
+    tab = logged_in()
     page = tab.page
-    send(tab, "[think] what is the capital of France?")
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("Paris is the capital of France.").wait_for()
+    answer = ask(tab, "[think] what is the capital of France?", until="Paris is the capital of France.")
     wait_idle(tab)
     reasoning = answer.get_by_test_id("reasoning")
     assert reasoning.is_visible() and reasoning.get_attribute("open") is None       # folded
@@ -143,8 +132,7 @@ def test_reasoning_is_shown_folded_apart_from_the_answer(open_page: Any, make_us
     assert "France's capital is Paris." not in answer.locator(".message-body").inner_text()
     reasoning.locator("summary").click()
     assert reasoning.locator(".reasoning-text").inner_text() == "The user asks for a capital. France's capital is Paris."
-    page.reload()                                                    # saved with the message
-    wait_connected(tab)
+    reload(tab)                                                      # saved with the message
     saved = page.get_by_test_id("message-assistant").first.get_by_test_id("reasoning")
     saved.wait_for()
     assert saved.locator(".reasoning-text").text_content() == "The user asks for a capital. France's capital is Paris."

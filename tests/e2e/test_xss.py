@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import BrowserPage
-from tests.e2e.steps import login, send, wait_connected
+from tests.e2e.steps import ask, reload
 
 pytestmark = pytest.mark.browser
 
@@ -90,15 +90,11 @@ def assert_inert(recorded: BrowserPage, scope: Any, fake: Any) -> None:
     assert found == []
 
 
-def test_a_hostile_answer_renders_inert_live_and_after_reload(open_page: Any, make_user: Any,
-                                                              fake_llm: Any) -> None:
+def test_a_hostile_answer_renders_inert_live_and_after_reload(logged_in: Any, fake_llm: Any) -> None:
     fake, model = fake_llm
-    tab = open_page()
-    login(tab, make_user())
+    tab = logged_in()
     page = tab.page
-    send(tab, "[xss] summarise this web page")
-    answer = page.get_by_test_id("message-assistant").first
-    answer.get_by_text("still works").wait_for()
+    answer = ask(tab, "[xss] summarise this web page", until="still works")
     page.get_by_test_id("send").wait_for()
     page.wait_for_timeout(300)                       # let any image or handler have its chance
     body = answer.locator(".message-body")
@@ -111,18 +107,16 @@ def test_a_hostile_answer_renders_inert_live_and_after_reload(open_page: Any, ma
     assert body.locator(".blocked-image").count() >= 2
     assert page.get_by_test_id("message-user").count() == 1       # the forged hook was stripped
 
-    page.reload()                                    # the saved answer goes through the same path
-    wait_connected(tab)
+    reload(tab)                                      # the saved answer goes through the same path
     answer = page.get_by_test_id("message-assistant").first
     answer.get_by_text("still works").wait_for()
     page.wait_for_timeout(300)
     assert_inert(tab, answer.locator(".message-body"), fake)
 
 
-def test_cheat_sheet_payloads_through_the_page_renderer(open_page: Any, make_user: Any, fake_llm: Any) -> None:
+def test_cheat_sheet_payloads_through_the_page_renderer(logged_in: Any, fake_llm: Any) -> None:
     fake, model = fake_llm
-    tab = open_page()
-    login(tab, make_user())
+    tab = logged_in()
     page = tab.page
     payloads = [p.replace("LEAK", model.leak_url) for p in CHEAT_SHEET]
     page.evaluate("""async (payloads) => {

@@ -303,19 +303,24 @@ def openai_chunk(delta: Mapping[str, Any] | None = None, finish: str | None = No
     return sse_json(body)
 
 
+def _openai_stream_end(finish: str | None, usage: Mapping[str, Any] | None, done: bool) -> list[bytes]:
+    """The end of an OpenAI stream: the finish chunk (when ``finish`` is set), the usage chunk
+    with empty ``choices`` (when ``usage`` is set), then ``[DONE]`` (when ``done``)."""
+    out = [openai_chunk({}, finish)] if finish is not None else []
+    if usage is not None:
+        out.append(openai_chunk(usage=usage, choices=False))
+    if done:
+        out.append(b"data: [DONE]\n\n")
+    return out
+
+
 def openai_text_stream(parts: Sequence[str], finish: str | None = "stop", *,
                        usage: Mapping[str, Any] | None = None, done: bool = True) -> list[bytes]:
     """SSE events for a text answer: a role chunk, one chunk per part, the finish chunk,
     an optional usage chunk (empty ``choices``) and ``[DONE]``. One list item per event."""
     out = [openai_chunk({"role": "assistant", "content": ""})]
     out += [openai_chunk({"content": p}) for p in parts]
-    if finish is not None:
-        out.append(openai_chunk({}, finish))
-    if usage is not None:
-        out.append(openai_chunk(usage=usage, choices=False))
-    if done:
-        out.append(b"data: [DONE]\n\n")
-    return out
+    return out + _openai_stream_end(finish, usage, done)
 
 
 def openai_tool_call_stream(call_id: str, name: str, args_fragments: Sequence[str], *, index: int = 0,
@@ -329,13 +334,7 @@ def openai_tool_call_stream(call_id: str, name: str, args_fragments: Sequence[st
                                               "function": {"name": name, "arguments": ""}}]}))
     out += [openai_chunk({"tool_calls": [{"index": index, "function": {"arguments": a}}]})
             for a in args_fragments]
-    if finish is not None:
-        out.append(openai_chunk({}, finish))
-    if usage is not None:
-        out.append(openai_chunk(usage=usage, choices=False))
-    if done:
-        out.append(b"data: [DONE]\n\n")
-    return out
+    return out + _openai_stream_end(finish, usage, done)
 
 
 def anthropic_text_stream(parts: Sequence[str], *, stop_reason: str = "end_turn",

@@ -128,17 +128,25 @@ async def test_proxy_abort_after_1(fake: FakeProvider, record_property: Callable
     assert fake.wait_closed(2.0)
 
 
+async def events_with_generated_id(fake: FakeProvider, writes: list[bytes]) -> tuple[list[dict[str, Any]], str]:
+    """Serve ``writes`` once and stream them through the OpenAI client (with the get_weather
+    tool); return the events (as dicts) and the first event's id, checked to be a generated
+    one (``call_0_`` and 8 hex digits)."""
+    fake.add(Script(writes=writes))
+    events = await collect(openai(fake).stream_chat(USER, GET_WEATHER, "sys"))
+    generated = events[0].get("id", "")
+    assert GENERATED.match(generated), generated
+    return events, generated
+
+
 async def test_tool_call_fragment_before_id(fake: FakeProvider) -> None:
-    fake.add(Script(writes=[
+    events, gen = await events_with_generated_id(fake, [
         chunk({"role": "assistant", "content": None,
                "tool_calls": [{"index": 0, "function": {"arguments": "{\"orphan\":"}}]}),
         chunk({"tool_calls": [{"index": 0, "id": "call_after", "type": "function",
                                "function": {"name": "get_weather", "arguments": ""}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":\"Ulm\"}"}}]}),
-        chunk({}, "tool_calls"), b"data: [DONE]\n\n"]))
-    events = await collect(openai(fake).stream_chat(USER, GET_WEATHER, "sys"))
-    gen = events[0].get("id", "")
-    assert GENERATED.match(gen), gen
+        chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
     assert events == [
         {"type": "tool_call_start", "id": gen, "name": ""},
         {"type": "tool_call_delta", "id": gen, "args": "{\"orphan\":"},
@@ -150,14 +158,11 @@ async def test_tool_call_fragment_before_id(fake: FakeProvider) -> None:
 
 
 async def test_finish_function_call_legacy(fake: FakeProvider) -> None:
-    fake.add(Script(writes=[
+    events, gen = await events_with_generated_id(fake, [
         chunk({"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": ""}}),
         chunk({"function_call": {"arguments": "{\"city\":"}}),
         chunk({"function_call": {"arguments": "\"Oslo\"}"}}),
-        chunk({}, "function_call"), b"data: [DONE]\n\n"]))
-    events = await collect(openai(fake).stream_chat(USER, GET_WEATHER, "sys"))
-    gen = events[0].get("id", "")
-    assert GENERATED.match(gen), gen
+        chunk({}, "function_call"), b"data: [DONE]\n\n"])
     assert events == [
         {"type": "tool_call_start", "id": gen, "name": "get_weather"},
         {"type": "tool_call_delta", "id": gen, "args": "{\"city\":"},

@@ -39,6 +39,7 @@ from jxai_app.streaming.fault import (
     secret_values,
 )
 from jxai_app.streaming.guard import Cancelled as Cancelled, Guard as Guard, Signal as Signal  # re-exported
+from jxai_app.streaming.release import finish_response
 from jxai_app.streaming.sse import SSEReader, is_complete_object, parse_payload
 
 if TYPE_CHECKING:
@@ -51,9 +52,6 @@ MAX_JSON_BODY: Final[int] = 16 * 1024 * 1024
 
 _CANCELLED: Final[DoneEvent] = DoneEvent(stop_reason="cancelled")
 _TERMINAL: Final = (DoneEvent, ErrorEvent)
-DRAIN_SECONDS: Final[float] = 0.25
-"""After a pooled answer's last event, how long its body's end (the last chunk) may take to
-arrive before the connection is closed instead of going back to the pool."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,10 +303,8 @@ class BaseChatClient:
                 complete = pool is not None and type(batch[-1]) in _TERMINAL
                 yield batch
         finally:
-            if complete and events is not None:  # read the body's end: the connection goes back to the pool
-                await _drain(events)
-            if response is not None:
-                await response.aclose()
+            if response is not None:  # a complete pooled answer's end is read: its connection is kept
+                await finish_response(response, events if complete else None)
             if pool is None and self.transport is None:
                 await client.aclose()
 
@@ -366,18 +362,6 @@ class BaseChatClient:
         if size >= limit and not truncate:
             raise UpstreamFault("unexpected_response", f"The provider's JSON answer is larger than {limit} bytes.")
         return body[:limit]
-
-
-async def _drain(batches: AsyncIterator[Sequence[StreamEvent]]) -> None:
-    """Read a complete pooled answer to its end (what follows its last event is normally
-    just the body's last chunk) within :data:`DRAIN_SECONDS`, so httpcore keeps the
-    connection; past that, or on any failure, it is closed as usual. Events are dropped."""
-    try:
-        async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in batches:
-                pass
-    except (TimeoutError, UpstreamFault, httpx.HTTPError, httpx.StreamError) as exc:
-        logger.debug("pooled answer not read to its end (%s); its connection is closed", type(exc).__name__)
 
 
 def _after(now: float, connect: float | None, first_byte: float | None) -> float | None:

@@ -176,6 +176,7 @@ class Stream:
     seqs: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     outcome: str | None = None
+    error: str | None = None
 
     def lost(self, deltas: int) -> int:
         problems = 0 if self.seqs == list(range(1, len(self.seqs) + 1)) else 1
@@ -213,6 +214,8 @@ async def ws_turn(ws: Any, conversation_id: str, deltas: int, timeout: float = 1
                     result.last = now
                     if not result.first:
                         result.first = now
+                elif event["type"] == "error":
+                    result.error = event.get("message")
                 elif event["type"] == "turn_end":
                     result.outcome = event["outcome"]
     return result
@@ -332,9 +335,11 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
         after = await settle_rss(pid, probe=args.probe)
         done = [r for r in results if isinstance(r, Stream)]
         failures = [repr(r) for r in results if not isinstance(r, Stream)]
+        failures += [f"turn ended {r.outcome}: {r.error}" for r in done if r.outcome != "complete"]
         row = {
             "streams": count, "completed": sum(1 for r in done if r.outcome == "complete"),
-            "lost_events": sum(r.lost(args.deltas) for r in done) + len(failures) * args.deltas,
+            "lost_events": sum(r.lost(args.deltas) for r in done)
+                           + sum(1 for r in results if not isinstance(r, Stream)) * args.deltas,
             "wall_s": round(wall, 2),
             "first_token_ms_p50": round(statistics.median([r.first for r in done]) * 1000, 1) if done else None,
             "last_token_ms_p50": round(statistics.median([r.last for r in done]) * 1000, 1) if done else None,
@@ -347,6 +352,8 @@ async def run(args: argparse.Namespace, port: int, provider_url: str, pid: int) 
               f"wall {row['wall_s']} s, first token p50 {row['first_token_ms_p50']} ms, last token p50 "
               f"{row['last_token_ms_p50']} ms, peak {row['peak_kib_per_stream']} KiB/stream, "
               f"RSS after − baseline {row['rss_after_minus_baseline_kib'] / 1024:.1f} MiB")
+        for failure in row["failures"]:
+            print(f"        failed: {failure[:300]}")
     await asyncio.gather(*(s.close() for s in idle))
     report["final_rss_minus_baseline_kib"] = await settle_rss(pid, probe=args.probe) - baseline
     print(f"after closing everything: RSS − baseline {report['final_rss_minus_baseline_kib'] / 1024:.1f} MiB")
@@ -371,6 +378,8 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=20.0, help="delay between deltas in the load phase")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="measure part 1 only (no load rounds)")
+    parser.add_argument("--pymalloc", action="store_true",
+                        help="run the worker with CPython's own allocator instead of PYTHONMALLOC=malloc")
     parser.add_argument("--probe", action="store_true",
                         help="run the worker under bench/worker_probe.py and report live objects at each "
                              "memory reading (set PYTHONTRACEMALLOC=1 as well for allocation sites)")
@@ -390,7 +399,10 @@ def main() -> int:
                   "models": {"bench": {"provider": "fake", "model_id": "fast", "context_window": 1_000_000},
                              "paced": {"provider": "fake", "model_id": "paced", "context_window": 1_000_000}}}
         # the production profile (DEBUG off: no query log growing in memory), limits out of the way
-        env = dict(os.environ, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models),
+        # the worker as `make run` and the README start it: glibc's allocator, so that free
+        # memory can go back after a burst (jxai_app.memory); --pymalloc to compare
+        worker_malloc = {} if args.pymalloc else {"PYTHONMALLOC": "malloc"}
+        env = dict(os.environ, **worker_malloc, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models),
                    DJANGO_DEBUG="0", DJANGO_LOG_LEVEL="WARNING",
                    JXAI_TURNS_PER_MINUTE=str(10**9), JXAI_TOKENS_PER_DAY=str(10**15))
         env.pop("JXAI_MODELS_FILE", None)
@@ -401,7 +413,8 @@ def main() -> int:
                                    "project.asgi:application"], cwd=ROOT, env=env)
         wait_port(port, server)
         layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
-        print(f"jxai e2e bench: daphne pid {server.pid}, database {database_url.split(':')[0]}, layer {layer}, "
+        print(f"jxai e2e bench: daphne pid {server.pid} ({env.get('PYTHONMALLOC') or 'pymalloc'}), "
+              f"database {database_url.split(':')[0]}, layer {layer}, "
               f"{args.deltas} deltas per answer, {os.cpu_count()} CPUs")
         report = asyncio.run(run(args, port, provider_url, server.pid))
         if args.probe:

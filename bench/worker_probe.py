@@ -7,7 +7,8 @@ freed). Each signal appends one JSON line to ``$JXAI_PROBE_FILE``:
 ``{"rss_kib", "allocated_blocks", "threads", "tasks", "types": {type name: count},
 "traced_kib", "top": [[file:line, KiB diff]]}``; ``types`` lists the 40 most common object
 types, ``traced_kib``/``top`` come from :mod:`tracemalloc` when ``PYTHONTRACEMALLOC`` is set
-(``top``: the 25 biggest growths since the first probe).
+(``top``: the 25 biggest growths since the first probe). With ``JXAI_PROBE_TRIM=1`` each
+probe first calls glibc's ``malloc_trim(0)``.
 
 Usage: ``python bench/worker_probe.py <daphne arguments>``.
 """
@@ -36,8 +37,20 @@ def _rss_kib() -> int:
     return 0
 
 
+def _malloc_trim() -> None:
+    """Ask glibc to give free heap pages back (``JXAI_PROBE_TRIM=1``)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def probe(*_: object) -> None:
     gc.collect()
+    if os.environ.get("JXAI_PROBE_TRIM") == "1":
+        _malloc_trim()
     counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
     try:
         tasks = len(asyncio.all_tasks(asyncio.get_event_loop()))

@@ -133,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             say("a provider is configured: not starting the embedded model")
         argv_daphne = [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "project.asgi:application"]
+        env.setdefault("PYTHONMALLOC", "malloc")  # free memory goes back after a burst (jxai_app.memory)
         daphne = spawn_child(argv_daphne, env=env)
         children.append(("daphne", daphne))
         if not wait_for_tcp(args.host, args.port, daphne):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Protocol
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from jxai_app.memory import IDLE_TRIM_SECONDS, release_free_memory, trim_available
 from jxai_app.turns import names
 
 if TYPE_CHECKING:
@@ -85,11 +86,13 @@ class TurnHub:
         reply_timeout: seconds to wait for a runner elsewhere to answer.
         fanout: send frames and control messages through the layer; ``None``: only when
             the layer can reach other processes (not Channels' in-memory layer).
+        idle_trim: seconds without a running turn before free memory is returned to the
+            system (:func:`jxai_app.memory.release_free_memory`); ``None``: never.
     """
 
     def __init__(self, *, layer_alias: str = "default", worker_id: str | None = None,
                  batch_interval: float = 0.05, reply_timeout: float = REPLY_TIMEOUT_SECONDS,
-                 fanout: bool | None = None) -> None:
+                 fanout: bool | None = None, idle_trim: float | None = IDLE_TRIM_SECONDS) -> None:
         self.layer_alias = layer_alias
         if fanout is None:
             layer = get_channel_layer(layer_alias)
@@ -107,6 +110,10 @@ class TurnHub:
         self._reply_task: asyncio.Task[None] | None = None
         self._reply_lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.idle_trim = idle_trim if trim_available() else None
+        """Seconds without a running turn before the worker's free memory is returned
+        (:mod:`jxai_app.memory`); ``None``: never."""
+        self._trim_task: asyncio.Task[None] | None = None
 
     @property
     def layer(self) -> Any:
@@ -127,9 +134,22 @@ class TurnHub:
         self._runners[runner.conversation_id] = runner
 
     def unregister(self, runner: TurnRunner) -> None:
-        """Forget ``runner`` (only if it is still the registered one)."""
+        """Forget ``runner`` (only if it is still the registered one). The last one to go
+        schedules the return of free memory (:mod:`jxai_app.memory`)."""
         if self._runners.get(runner.conversation_id) is runner:
             del self._runners[runner.conversation_id]
+        if not self._runners and self.idle_trim is not None and (self._trim_task is None or self._trim_task.done()):
+            self._trim_task = asyncio.ensure_future(self._trim_when_idle(self.idle_trim))
+
+    async def _trim_when_idle(self, delay: float) -> None:
+        """After ``delay`` seconds, if still no turn runs here, return free memory (in a
+        thread: it walks the heap). Not one of the hub's tasks: ``wait_idle`` ignores it."""
+        await asyncio.sleep(delay)
+        if not self._runners:
+            try:
+                await asyncio.to_thread(release_free_memory)
+            except Exception:
+                logger.exception("returning free memory failed")
 
     def spawn(self, coro: Awaitable[Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` as a task the hub keeps a strong reference to until it ends."""
@@ -162,6 +182,9 @@ class TurnHub:
         for runner in self.runners():
             runner.cancel()
         await self.wait_idle(timeout)
+        if self._trim_task is not None:
+            self._trim_task.cancel()
+            await asyncio.gather(self._trim_task, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -242,9 +242,10 @@ class Sampler:
         self._task.cancel()
 
 
-async def settle_rss(pid: int, seconds: float = 2.0, probe: bool = False) -> int:
-    """The worker's RSS after ``seconds`` of rest (KiB); with ``probe``, it also writes a probe
-    line (bench/worker_probe.py)."""
+async def settle_rss(pid: int, seconds: float = 12.0, probe: bool = False) -> int:
+    """The worker's RSS after ``seconds`` of rest (KiB): long enough for the worker's idle
+    return of free memory (jxai_app.memory: 1 s after the last turn, at most every 10 s);
+    with ``probe``, it also writes a probe line (bench/worker_probe.py)."""
     await asyncio.sleep(seconds)
     if probe:
         os.kill(pid, signal.SIGUSR1)
@@ -263,7 +264,7 @@ def print_probe(path: Path) -> list[dict[str, Any]]:
         grown = {name: count - base["types"].get(name, 0) for name, count in row["types"].items()}
         top = sorted(((c, n) for n, c in grown.items() if c), reverse=True)[:8]
         print(f"  #{number}: RSS {(row['rss_kib'] - base['rss_kib']) / 1024:+.1f} MiB, allocated blocks "
-              f"{row['allocated_blocks'] - base['allocated_blocks']:+d}, threads {row['threads']}, tasks "
+              f"{row['allocated_blocks'] - base['allocated_blocks']:+d}, full gc {row.get('gc_ms')} ms, threads {row['threads']}, tasks "
               f"{row['tasks']}; objects grown: {', '.join(f'{n} {c:+d}' for c, n in top) or 'none'}")
         if "traced_kib" in row:
             print(f"      traced {row['traced_kib'] - base['traced_kib']:+d} KiB; top: "

@@ -48,7 +48,11 @@ def _malloc_trim() -> None:
 
 
 def probe(*_: object) -> None:
+    import time
+
+    started = time.perf_counter()
     gc.collect()
+    gc_ms = round((time.perf_counter() - started) * 1000, 1)
     if os.environ.get("JXAI_PROBE_TRIM") == "1":
         _malloc_trim()
     counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
@@ -56,7 +60,7 @@ def probe(*_: object) -> None:
         tasks = len(asyncio.all_tasks(asyncio.get_event_loop()))
     except RuntimeError:
         tasks = -1
-    row: dict[str, Any] = {"rss_kib": _rss_kib(), "allocated_blocks": sys.getallocatedblocks(),
+    row: dict[str, Any] = {"rss_kib": _rss_kib(), "allocated_blocks": sys.getallocatedblocks(), "gc_ms": gc_ms,
                            "threads": threading.active_count(), "tasks": tasks,
                            "types": dict(counts.most_common(40))}
     if tracemalloc.is_tracing():

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Protocol
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app.memory import IDLE_TRIM_SECONDS, release_free_memory, trim_available
+from jxai_app.memory import (
+    IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, trim_available,
+)
 from jxai_app.turns import names
 
 if TYPE_CHECKING:
@@ -114,6 +116,7 @@ class TurnHub:
         """Seconds without a running turn before the worker's free memory is returned
         (:mod:`jxai_app.memory`); ``None``: never."""
         self._trim_task: asyncio.Task[None] | None = None
+        self._last_trim = float("-inf")
 
     @property
     def layer(self) -> Any:
@@ -138,18 +141,34 @@ class TurnHub:
         schedules the return of free memory (:mod:`jxai_app.memory`)."""
         if self._runners.get(runner.conversation_id) is runner:
             del self._runners[runner.conversation_id]
-        if not self._runners and self.idle_trim is not None and (self._trim_task is None or self._trim_task.done()):
-            self._trim_task = asyncio.ensure_future(self._trim_when_idle(self.idle_trim))
+        self._trim_soon()
+
+    def _trim_soon(self) -> None:
+        """Memory was freed (a turn ended, a socket closed): unless a trim is already
+        pending, return free memory once no turn has run for ``idle_trim`` seconds."""
+        if self.idle_trim is None or (self._trim_task is not None and not self._trim_task.done()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called outside the worker's loop: nothing to schedule on
+            return
+        self._trim_task = loop.create_task(self._trim_when_idle(self.idle_trim))
 
     async def _trim_when_idle(self, delay: float) -> None:
-        """After ``delay`` seconds, if still no turn runs here, return free memory (in a
-        thread: it walks the heap). Not one of the hub's tasks: ``wait_idle`` ignores it."""
-        await asyncio.sleep(delay)
-        if not self._runners:
-            try:
-                await asyncio.to_thread(release_free_memory)
-            except Exception:
-                logger.exception("returning free memory failed")
+        """After ``delay`` seconds (and at least :data:`~jxai_app.memory.TRIM_INTERVAL_SECONDS`
+        after the last time), with no turn running here, collect garbage and return free
+        memory (the trim in a thread: it walks the heap). Not one of the hub's tasks:
+        ``wait_idle`` ignores it."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(delay, self._last_trim + TRIM_INTERVAL_SECONDS - loop.time()))
+        if self._runners:  # a turn runs: its end schedules the next attempt
+            return
+        self._last_trim = loop.time()
+        try:
+            collect_garbage()  # a burst leaves reference cycles (connections, frames): free them first
+            await asyncio.to_thread(release_free_memory)
+        except Exception:
+            logger.exception("returning free memory failed")
 
     def spawn(self, coro: Awaitable[Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` as a task the hub keeps a strong reference to until it ends."""
@@ -219,11 +238,13 @@ class TurnHub:
         self._user_sockets.setdefault(user_pk, set()).add(follower)
 
     def leave_user(self, user_pk: Any, follower: Follower) -> None:
+        """A socket of ``user_pk`` closed: no more list notices for it."""
         sockets = self._user_sockets.get(user_pk)
         if sockets is not None:
             sockets.discard(follower)
             if not sockets:
                 del self._user_sockets[user_pk]
+        self._trim_soon()
 
     def push_local(self, conversation_id: uuid.UUID, frame: dict[str, Any]) -> None:
         """Deliver ``frame`` to this process's followers of the conversation, in call order."""

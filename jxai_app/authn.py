@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal, Mapping
 
-from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 
+from jxai_app.dbsync import database_sync_to_async
 from jxai_app.problems import problem_error
 
 __all__ = ["Principal", "authenticate", "token_from_headers", "user_for_token"]
@@ -113,7 +113,7 @@ async def authenticate(request: HttpRequest) -> Principal:
     """
     presented = token_from_headers(request.headers)
     if presented is not None:
-        found = await sync_to_async(user_for_token)(presented)
+        found = await database_sync_to_async(user_for_token)(presented)
         if found is None:
             raise problem_error("unauthorized", "The API token is not valid: unknown, revoked, or its user "
                                                 "is inactive.")

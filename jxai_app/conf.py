@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from jxai_app.agent import AgentPolicy
@@ -155,12 +156,33 @@ def get_system_prompt() -> str:
     return str(settings.JXAI_SYSTEM_PROMPT)
 
 
-def _search_conversations(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
+def _search_and_close(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
+    from django.db import connections
+
+    from jxai_app.dbsync import close_stale_connections
     from jxai_app.store import (
         conversation_search,  # Django layer, imported on first use
     )
 
-    return conversation_search(owner=owner, query=query, limit=limit)
+    close_stale_connections()  # one left unusable here by an earlier task of this thread
+    try:
+        return conversation_search(owner=owner, query=query, limit=limit)
+    finally:
+        connections.close_all()  # this thread's connections only
+
+
+async def _search_conversations(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
+    """``search_conversations``' search (:func:`jxai_app.store.conversation_search`).
+
+    Runs the query in a worker thread of the event loop's default executor (in parallel,
+    like ``asyncio.to_thread``). Those threads are reused and belong to no request, so
+    nothing else would ever close a database connection opened there (Django closes
+    connections at the end of a request, in the request's own thread): the thread closes
+    its connections when the search ends, whatever ``CONN_MAX_AGE`` says. That costs one
+    connect per search and leaves no idle connection behind in an executor thread (which
+    would also keep PostgreSQL from dropping a test database).
+    """
+    return await sync_to_async(_search_and_close, thread_sensitive=False)(owner, query, limit)
 
 
 @functools.cache

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Callable, Final, Mapping
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from jxai_app import conf
 from jxai_app import usage as ledger
+from jxai_app.dbsync import database_sync_to_async
 from jxai_app.errors import ProblemError
 from jxai_app.problems import problem_error
 from jxai_app.store import sql
@@ -234,7 +234,10 @@ def check_turn_allowed(user: Any) -> None:
         raise refusal
 
 
-acheck_turn_allowed = sync_to_async(check_turn_allowed)
-"""Async twin of :func:`check_turn_allowed`."""
-arecord_usage = sync_to_async(record_usage)
-"""Async twin of :func:`record_usage`."""
+acheck_turn_allowed = database_sync_to_async(check_turn_allowed)
+"""Async twin of :func:`check_turn_allowed`. Runs it in a worker thread through
+:func:`jxai_app.dbsync.database_sync_to_async`, which closes that thread's unusable or expired
+(``CONN_MAX_AGE``) connections before and after the call, as Django does at a request's start
+and end; plain ``sync_to_async`` would leave a connection open in the thread."""
+arecord_usage = database_sync_to_async(record_usage)
+"""Async twin of :func:`record_usage` (a worker thread, connections closed as above)."""

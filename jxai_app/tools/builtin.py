@@ -237,7 +237,8 @@ def make_search_conversations_tool(search: SearchFunction) -> ToolDefinition:
 
     Args:
         search: ``search(owner, query, limit)`` returning a list of dicts (sync functions
-            run in a worker thread, so a Django ORM search is fine; async ones are awaited).
+            run in a reused worker thread (``asyncio.to_thread``) and must release what they
+            open there, e.g. database connections; async ones are awaited).
 
     Returns:
         The ``ToolDefinition``.

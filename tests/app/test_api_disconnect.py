@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from django.core.asgi import get_asgi_application
 
 from jxai_app import conf, gateway, ratelimit
@@ -63,7 +64,7 @@ async def test_an_asgi_disconnect_closes_the_upstream_connection(fake: FakeProvi
     assert sent[1]["body"] == b'data: {"type":"delta","content":"' + b"x" * 40 + b'"}\n\n'
     assert await asyncio.to_thread(fake.wait_closed, 2.0)
     # The partial answer still counts toward the user's quota (estimated: the provider sent no usage).
-    assert await ratelimit.sync_to_async(ratelimit.tokens_used_today)(user) >= 10
+    assert await database_sync_to_async(ratelimit.tokens_used_today)(user) >= 10
 
 
 async def test_closing_the_frame_iterator_closes_the_upstream_and_reports_usage(fake: FakeProvider) -> None:

@@ -1,0 +1,49 @@
+"""Calling sync database code from async code without leaving connections open.
+
+Django closes a thread's unusable or expired (``CONN_MAX_AGE``) connections at the start and
+end of each request, in the thread that handles the request (``close_old_connections`` on
+``request_started``/``request_finished``). Work handed to a worker thread by plain
+``asgiref.sync.sync_to_async`` or ``asyncio.to_thread`` is outside that cycle: a connection
+opened there stays open for as long as the thread lives (on PostgreSQL an idle session, which
+also keeps a test database from being dropped: "is being accessed by other users").
+
+:func:`database_sync_to_async` is Channels' function of that name (close the worker thread's
+old connections before and after the call) with one difference: it never closes a
+connection inside a transaction (an ``atomic`` block). That happens when the "worker" is the
+caller's own thread: thread-sensitive calls made under ``async_to_sync`` from sync code run
+there, e.g. Django's test ``Client`` calling an async view inside a test's transaction, and
+closing that connection would lose the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import SyncToAsync
+from django.db import connections
+
+__all__ = ["DatabaseSyncToAsync", "close_stale_connections", "database_sync_to_async"]
+
+
+def close_stale_connections() -> None:
+    """Close this thread's connections that are unusable or older than ``CONN_MAX_AGE``
+    (``0``: any), except those inside a transaction (``atomic`` block)."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+class DatabaseSyncToAsync(SyncToAsync):
+    """``sync_to_async`` that runs :func:`close_stale_connections` in the worker thread
+    before and after the call (module docstring). Same arguments as ``sync_to_async``."""
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        close_stale_connections()
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            close_stale_connections()
+
+
+database_sync_to_async = DatabaseSyncToAsync
+"""Use as ``await database_sync_to_async(func)(*args)`` or as a decorator."""

@@ -51,7 +51,11 @@ __all__ = [
     "acheck_turn_allowed",
     "allowance_for",
     "arecord_usage",
+    "Admission",
+    "admission_from",
+    "admission_queries",
     "check_turn_allowed",
+    "now",
     "record_usage",
     "tokens_used_today",
     "turns_in_last_minute",
@@ -88,6 +92,12 @@ def allowance_for(user: Any) -> Allowance:
 
 def _now() -> datetime:
     return datetime.fromtimestamp(clock(), tz=timezone.utc)
+
+
+def now() -> datetime:
+    """The limiter's time: :data:`clock` as an aware UTC datetime (what
+    :func:`admission_queries` and :func:`admission_from` take)."""
+    return _now()
 
 
 def _today(now: datetime) -> date:
@@ -163,39 +173,78 @@ def _window_rows(kind: str) -> str:
     return f"INSERT INTO {rows} ({user_id}, {at}) VALUES (%s, %s)"
 
 
-def _standing(user: Any, now: datetime) -> tuple[Allowance, int]:
-    """The user's allowance and today's tokens in one statement (the user's row joined with
-    its ``UserLimits`` row and today's ``UsageLedger`` row; :mod:`jxai_app.store.sql`).
-    Where the database has row locks (PostgreSQL) the same statement locks the user's row
-    until the transaction ends (``FOR NO KEY UPDATE``: rows that merely reference the user,
-    such as conversations and tokens, are not blocked), which serialises that user's
-    admissions across processes; on SQLite the ``IMMEDIATE`` transaction already holds the
-    database's write lock."""
-    from jxai_app.models import UsageLedger
+def admission_queries(user: Any, now: datetime) -> list[tuple[str, list[Any]]]:
+    """The two hand-written statements that admit a turn (:mod:`jxai_app.store.sql`), to
+    send with others (:func:`jxai_app.store.sql.fetch_together`); read their rows with
+    :func:`admission_from`, in the same transaction.
 
-    rows, _ = sql.execute(_standing_row(), [sql.value(UsageLedger, "day", _today(now)), user.pk])
-    turns, tokens, spent_in, spent_out = rows[0] if rows else (None, None, None, None)
+    1. The user's standing: its row joined with its ``UserLimits`` row and today's
+       ``UsageLedger`` row. Where the database has row locks (PostgreSQL) the same statement
+       locks the user's row until the transaction ends (``FOR NO KEY UPDATE``: rows that
+       merely reference the user, such as conversations and tokens, are not blocked), which
+       serialises that user's admissions across processes; on SQLite the ``IMMEDIATE``
+       transaction already holds the database's write lock.
+    2. The user's admissions: all of them, and those of the last 60 s.
+    """
+    from jxai_app.models import TurnAdmission, UsageLedger
+
+    return [(_standing_row(), [sql.value(UsageLedger, "day", _today(now)), user.pk]),
+            (_window_rows("count"), [sql.value(TurnAdmission, "at", now - WINDOW), user.pk])]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A turn the user's allowance admits; :meth:`take` counts it in the minute's window."""
+
+    user_pk: Any
+    now: datetime
+    counted: bool
+    """False when the user has no turns-per-minute limit (nothing to count)."""
+    prune: bool
+    """True when rows older than the window exist (deleted by :meth:`take`)."""
+
+    def take(self) -> None:
+        """Record the admission (one INSERT; a DELETE first of the rows that left the window)."""
+        from jxai_app.models import TurnAdmission
+
+        if not self.counted:
+            return
+        if self.prune:
+            sql.execute(_window_rows("prune"), [self.user_pk, sql.value(TurnAdmission, "at", self.now - WINDOW)])
+        sql.execute(_window_rows("add"), [self.user_pk, sql.save_value(TurnAdmission, "at", self.now)])
+
+
+def admission_from(user: Any, now: datetime, results: list[list[tuple[Any, ...]]]) -> Admission:
+    """Decide on :func:`admission_queries`' rows: first the daily token quota, then the
+    turns per minute (a turn refused for quota takes no slot).
+
+    Raises:
+        ProblemError: ``quota-exceeded`` / ``rate-limited`` (see :func:`check_turn_allowed`).
+    """
+    standing, window = results
+    turns, tokens, spent_in, spent_out = standing[0] if standing else (None, None, None, None)
     defaults = conf.get_limits()
-    return Allowance(
-        turns_per_minute=int(defaults.turns_per_minute if turns is None else turns),
-        tokens_per_day=int(defaults.tokens_per_day if tokens is None else tokens),
-    ), int(spent_in or 0) + int(spent_out or 0)
+    turns_per_minute = int(defaults.turns_per_minute if turns is None else turns)
+    tokens_per_day = int(defaults.tokens_per_day if tokens is None else tokens)
+    used = int(spent_in or 0) + int(spent_out or 0)
+    if tokens_per_day > 0 and used >= tokens_per_day:
+        midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+        retry = max(1, math.ceil((midnight - now).total_seconds()))
+        raise problem_error("quota-exceeded", f"You have used {used} of your {tokens_per_day} tokens for today "
+                                              f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
+    if turns_per_minute <= 0:
+        return Admission(user_pk=user.pk, now=now, counted=False, prune=False)
+    total, taken = (int(n) for n in window[0])
+    if taken >= turns_per_minute:
+        raise _rate_limited(user, turns_per_minute, now)
+    return Admission(user_pk=user.pk, now=now, counted=True, prune=total > taken)
 
 
-def _take_turn(user: Any, limit: int, now: datetime) -> ProblemError | None:
-    """Count the window's admissions (after :func:`_standing` locked the user) and add one;
-    else the refusal. Rows older than the window are deleted when an admission finds some."""
+def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
+    """The refusal once the minute's ``limit`` is used: one more fits once all but
+    ``limit - 1`` of the window's turns have left it."""
     from jxai_app.models import TurnAdmission
 
-    since = sql.value(TurnAdmission, "at", now - WINDOW)
-    counts, _ = sql.execute(_window_rows("count"), [since, user.pk])
-    total, taken = (int(n) for n in counts[0])
-    if taken < limit:
-        if total > taken:
-            sql.execute(_window_rows("prune"), [user.pk, since])
-        sql.execute(_window_rows("add"), [user.pk, sql.save_value(TurnAdmission, "at", now)])
-        return None
-    # One more fits once all but ``limit - 1`` of the window's turns have left it.
     newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at").values_list("at", flat=True)[:limit])
     retry = max(1, math.ceil((newest[-1] + WINDOW - now).total_seconds()))
     return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
@@ -206,10 +255,12 @@ def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot). Three hand-written statements (the
-    standing, the window, the admission; a fourth deletes rows that left the window), in
-    the caller's transaction when there is one (so a later refusal or conflict there rolls
-    the admission back too), else in one of its own.
+    per minute (a turn refused for quota takes no slot). Two hand-written statements read
+    (:func:`admission_queries`, in one round trip on PostgreSQL), one writes the admission
+    (a fourth deletes rows that left the window), in the caller's transaction when there is
+    one (so a later refusal or conflict there rolls the admission back too), else in one of
+    its own. The send path runs the same steps split around its other reads
+    (:mod:`jxai_app.turns.launch`).
 
     Raises:
         ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
@@ -221,15 +272,12 @@ def check_turn_allowed(user: Any) -> None:
     now = _now()
     refusal: ProblemError | None = None
     with transaction.atomic(savepoint=False):  # the refusal is raised outside: the caller's block stays usable
-        allowance, used = _standing(user, now)
-        if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
-            midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
-            retry = max(1, math.ceil((midnight - now).total_seconds()))
-            refusal = problem_error("quota-exceeded",
-                                    f"You have used {used} of your {allowance.tokens_per_day} tokens for today "
-                                    f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
-        elif allowance.turns_per_minute > 0:
-            refusal = _take_turn(user, allowance.turns_per_minute, now)
+        try:
+            admission = admission_from(user, now, sql.fetch_together(admission_queries(user, now)))
+        except ProblemError as exc:
+            refusal = exc
+        else:
+            admission.take()
     if refusal is not None:
         raise refusal
 

@@ -100,7 +100,9 @@ def _policy_rows(count: int | None) -> str:
     from jxai_app.models import ToolPolicy
 
     text = f"SELECT {sql.columns(ToolPolicy)} FROM {sql.table(ToolPolicy)}"
-    if count is not None:
+    if count == 0:
+        text += " WHERE 1 = 0"
+    elif count is not None:
         text += f" WHERE {sql.column(ToolPolicy, 'tool_name')} IN ({', '.join(['%s'] * count)})"
     return text
 
@@ -113,13 +115,29 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     Args:
         names: only these tools; ``None`` for every row.
     """
-    from jxai_app.models import ToolPolicy
-
     wanted = None if names is None else list(names)
     if wanted == []:
         return {}
-    # every turn reads these: a remembered statement instead of ORM query building
-    rows = sql.instances(ToolPolicy, _policy_rows(None if wanted is None else len(wanted)), wanted or [])
+    rows, _ = sql.execute(*rules_query(wanted))
+    return rules_from(rows)
+
+
+def rules_query(names: Iterable[str] | None) -> tuple[str, list[Any]]:
+    """:func:`load_rules`' statement and parameters, to send with others
+    (:func:`jxai_app.store.sql.fetch_together`; every turn reads these: a remembered
+    statement instead of ORM query building); read its rows with :func:`rules_from`."""
+    wanted = None if names is None else list(names)
+    if wanted == []:  # no tool: a statement that finds nothing, keeping one result per statement
+        return _policy_rows(0), []
+    return _policy_rows(None if wanted is None else len(wanted)), wanted or []
+
+
+def rules_from(rows: list[tuple[Any, ...]]) -> dict[str, ToolRule]:
+    """The rules of :func:`rules_query`'s rows (one more query for their groups when there
+    are rows)."""
+    from jxai_app.models import ToolPolicy
+
+    rows = sql.rows_to_instances(ToolPolicy, rows)
     if rows:
         prefetch_related_objects(rows, "allowed_groups")
     rules: dict[str, ToolRule] = {}
@@ -165,7 +183,8 @@ def _with_timeout(defn: ToolDefinition, rule: ToolRule) -> ToolDefinition:
         return defn
 
 
-def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True) -> GatedToolRegistry:
+def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True,
+                  rules: dict[str, ToolRule] | None = None) -> GatedToolRegistry:
     """The tools one turn of ``user`` offers (module rule), as a fresh gated view.
 
     Make one per turn: the view counts calls for the caps. Sync (reads ``ToolPolicy`` rows
@@ -176,6 +195,8 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
         registry: the deployment's registry (``conf.get_tool_registry()``) or a view of it;
             it is copied, never changed.
         model_supports_tools: ``False`` gives a view that offers nothing.
+        rules: the registry's rules when already read (:func:`rules_query` with the names
+            of ``registry.list()``); default: read here.
 
     Returns:
         A :class:`~jxai_app.tools.GatedToolRegistry` whose ``list``/``list_for_llm`` are the
@@ -186,7 +207,8 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     if not model_supports_tools:
         return registry.gated(lambda defn: False)
     definitions = registry.list()
-    rules = load_rules(defn.name for defn in definitions)
+    if rules is None:
+        rules = load_rules(defn.name for defn in definitions)
     default = default_allowed()
     if any(rule.group_ids for rule in rules.values()):
         group_ids, is_superuser = _user_groups(user)

@@ -12,7 +12,9 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
     message_send(*, user, conversation_id, text, model=None, stale_after=30.0) -> TurnStart
-    turn_open(*, conversation, text, model=None, stale_after=30.0) -> TurnOpened    (locked row)
+    turn_open(*, conversation, text, model=None, stale_after=30.0, turn_id=None, on_ready=None,
+              history=None) -> TurnOpened                                          (locked row)
+    history_queries(conversation_id) -> [(sql, params)]; history_from(rows) -> History
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
@@ -43,7 +45,10 @@ from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
 from jxai_app.store.search import conversation_search
 from jxai_app.store.turn import (
+    History,
     TurnOpened,
+    history_from,
+    history_queries,
     TurnStart,
     message_retry,
     message_send,
@@ -63,7 +68,10 @@ __all__ = [
     "FLUSH_INTERVAL_SECONDS",
     "KEEPALIVE_INTERVAL_SECONDS",
     "STALE_AFTER_SECONDS",
+    "History",
     "TurnOpened",
+    "history_from",
+    "history_queries",
     "TurnRecorder",
     "TurnStart",
     "context_tokens",

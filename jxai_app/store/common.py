@@ -99,10 +99,30 @@ def lock_owned(user: Any, conversation_id: Any) -> Conversation:
     Raises:
         ProblemError: ``not-found`` for a missing, foreign or malformed id (or no user).
     """
+    rows, _ = sql.execute(*lock_owned_query(user, conversation_id))
+    return locked_from(rows)
+
+
+def lock_owned_query(user: Any, conversation_id: Any) -> tuple[str, list[Any]]:
+    """:func:`lock_owned`'s statement and parameters, to send with others
+    (:func:`jxai_app.store.sql.fetch_together`); read its rows with :func:`locked_from`.
+
+    Raises:
+        ProblemError: ``not-found`` for a malformed id or no user (nothing to ask).
+    """
     cid = parse_id(conversation_id)
     if cid is None or user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
         raise not_found()
-    found = sql.instances(Conversation, _locked_row(), [sql.value(Conversation, "id", cid), user.pk])
+    return _locked_row(), [sql.value(Conversation, "id", cid), user.pk]
+
+
+def locked_from(rows: list[tuple[Any, ...]]) -> Conversation:
+    """The conversation of :func:`lock_owned_query`'s rows.
+
+    Raises:
+        ProblemError: ``not-found`` when there is none (missing or foreign).
+    """
+    found = sql.rows_to_instances(Conversation, rows)
     if not found:
         raise not_found()
     return found[0]

@@ -28,7 +28,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, models
 
 __all__ = [
-    "column", "columns", "execute", "insert", "instances", "locking", "name", "save_value", "statement", "table", "value",
+    "column", "columns", "execute", "fetch_together", "insert", "instances", "locking", "name", "rows_to_instances",
+    "save_value", "statement", "table", "value",
 ]
 
 
@@ -123,14 +124,48 @@ def _converters_of(db: Any, model: type[models.Model]) -> _Converters:
     return known[model]
 
 
+def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[tuple[Any, ...]]]:
+    """Run ``[(sql, params), …]`` in order, in the current transaction, and return each one's
+    rows (``[]`` for a statement without rows).
+
+    On PostgreSQL they travel as **one** query (psycopg's client-side binding, Django's
+    default, sends several statements in one message and returns one result per statement,
+    read with ``nextset``): one round trip instead of one per statement, with the same
+    semantics (each statement runs after the previous one; a lock taken by one holds for the
+    next). Elsewhere, or with server-side binding, they run one after another.
+    """
+    db = _db()
+    if len(statements) > 1 and db.vendor == "postgresql":
+        with db.cursor() as cursor:
+            if _client_side_binding(cursor):
+                cursor.execute(";\n".join(text for text, _ in statements),
+                               [param for _, params in statements for param in params])
+                results = [list(cursor.fetchall()) if cursor.description else []]
+                while cursor.nextset():
+                    results.append(list(cursor.fetchall()) if cursor.description else [])
+                return results
+    return [execute(text, params)[0] for text, params in statements]
+
+
+def _client_side_binding(cursor: Any) -> bool:
+    import psycopg
+
+    return isinstance(cursor.cursor, psycopg.ClientCursor)
+
+
 def instances(model: type[models.Model], sql: str, params: Sequence[Any]) -> list[Any]:
     """Run a SELECT of :func:`columns` (every concrete column, in the model's order) and
     return the rows as model instances, each value converted as the ORM converts it (UUIDs,
     datetimes, JSON, booleans …): ``Manager.raw`` without its per-query set-up."""
-    db = _db()
     rows, _ = execute(sql, params)
+    return rows_to_instances(model, rows)
+
+
+def rows_to_instances(model: type[models.Model], rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Rows of a SELECT of :func:`columns` as model instances (see :func:`instances`)."""
     if not rows:
         return []
+    db = _db()
     converters = _converters_of(db, model)
     names = [f.attname for f in model._meta.concrete_fields]
     out = []

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from django.db import transaction
-from django.db.models import Max, Prefetch, prefetch_related_objects
+from django.db.models import Max
 from django.utils import timezone
 
 from jxai_app.models import (
@@ -81,15 +81,47 @@ def _messages_of() -> str:
             f"ORDER BY {sql.column(Message, 'position')}")
 
 
-def _history(conversation_id: uuid.UUID) -> tuple[list[Message], int]:
-    """The conversation's messages in position order (one hand-written statement; the calls
-    prefetched for the saved assistant messages only, which are all the wire reads them
-    for: one query, none when there is no such message) and the next free position."""
-    messages = sql.instances(Message, _messages_of(), [sql.value(Conversation, "id", conversation_id)])
-    assistants = [m for m in messages if m.role == MessageRole.ASSISTANT and m.status != MessageStatus.STREAMING]
-    if assistants:
-        prefetch_related_objects(assistants, Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
-    return messages, (messages[-1].position + 1 if messages else 0)
+@sql.statement
+def _calls_of() -> str:
+    return (f"SELECT {sql.columns(ToolCall)} FROM {sql.table(ToolCall)} WHERE {sql.column(ToolCall, 'message')} IN "
+            f"(SELECT {sql.column(Message, 'id')} FROM {sql.table(Message)} "
+            f"WHERE {sql.column(Message, 'conversation')} = %s) "
+            f"ORDER BY {sql.column(ToolCall, 'message')}, {sql.column(ToolCall, 'position')}")
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A conversation's saved messages in position order and their tool calls (by message
+    pk, in call order): what the next request's wire history is built from."""
+
+    messages: list[Message]
+    calls: dict[int, list[ToolCall]]
+
+    @property
+    def next_position(self) -> int:
+        """The position after the last message (0 for none)."""
+        return self.messages[-1].position + 1 if self.messages else 0
+
+
+def history_queries(conversation_id: uuid.UUID) -> list[tuple[str, list[Any]]]:
+    """The two hand-written statements that read a conversation's history (its messages,
+    its calls), to send with others (:func:`jxai_app.store.sql.fetch_together`); read
+    their rows with :func:`history_from`."""
+    cid = sql.value(Conversation, "id", conversation_id)
+    return [(_messages_of(), [cid]), (_calls_of(), [cid])]
+
+
+def history_from(results: list[list[tuple[Any, ...]]]) -> History:
+    """The :class:`History` of :func:`history_queries`' rows."""
+    messages_rows, calls_rows = results
+    calls: dict[int, list[ToolCall]] = {}
+    for call in sql.rows_to_instances(ToolCall, calls_rows):
+        calls.setdefault(call.message_id, []).append(call)
+    return History(messages=sql.rows_to_instances(Message, messages_rows), calls=calls)
+
+
+def _history(conversation_id: uuid.UUID) -> History:
+    return history_from(sql.fetch_together(history_queries(conversation_id)))
 
 
 def _claim(conversation_id: uuid.UUID, changes: dict[str, Any]) -> bool:
@@ -112,6 +144,7 @@ def _claim_row(fields: tuple[str, ...]) -> str:
 def turn_open(
     *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
     turn_id: uuid.UUID | None = None, on_ready: Callable[[list[dict[str, Any]]], None] | None = None,
+    history: History | None = None,
 ) -> TurnOpened:
     """Start a turn in ``conversation``: the send's writes plus the history read, with no
     read after them (CS-2; issue 4 "time to first token").
@@ -140,6 +173,8 @@ def turn_open(
         turn_id: the new turn's id (default: a fresh ``uuid4``).
         on_ready: called with the request's history (OpenAI wire messages ending with the
             new user message) before the writes; see above.
+        history: the conversation's :class:`History`, read in this transaction after the
+            lock (e.g. together with other statements); default: read here.
 
     Raises:
         ProblemError: ``invalid-request`` (blank text), ``conflict`` while a live turn runs
@@ -154,11 +189,13 @@ def turn_open(
                     and turn_abandon(conversation_id=cid, turn_id=conversation.turn_id, stale_after=stale_after)):
                 raise _conflict()
             conversation.refresh_from_db()
-        earlier, position = _history(cid)
+            history = None  # the abandoned turn's partial message is gone: read again
+        earlier = history if history is not None else _history(cid)
+        position = earlier.next_position
         user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
-        history = messages_to_wire([*earlier, user_message])
+        wire = messages_to_wire([*earlier.messages, user_message], earlier.calls)
         if on_ready is not None:
-            on_ready(history)
+            on_ready(wire)
         now = timezone.now()
         changes: dict[str, Any] = {
             "status": ConversationStatus.STREAMING, "turn_id": turn_id or uuid.uuid4(), "turn_heartbeat": now,
@@ -175,7 +212,7 @@ def turn_open(
         sql.insert([user_message, placeholder])
     turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
                      assistant_message_id=placeholder.pk, model=conversation.model)
-    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message, history=history)
+    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message, history=wire)
 
 
 @transaction.atomic

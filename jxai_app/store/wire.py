@@ -16,7 +16,7 @@ models never reach the wire. Building the wire never writes to the database (CS-
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from django.db.models import Prefetch
 
@@ -28,8 +28,11 @@ def with_tool_calls(messages: Any) -> Any:
     return messages.prefetch_related(Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
 
 
-def message_to_wire(message: Message) -> dict[str, Any] | None:
-    """One saved message in wire shape, or ``None`` when it is left out (see module doc)."""
+def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -> dict[str, Any] | None:
+    """One saved message in wire shape, or ``None`` when it is left out (see module doc).
+
+    ``calls``: the message's tool calls in call order when already read (default: its
+    ``tool_calls``, prefetched or not)."""
     if message.status == MessageStatus.STREAMING:
         return None
     role = message.role
@@ -37,7 +40,7 @@ def message_to_wire(message: Message) -> dict[str, Any] | None:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     if role != MessageRole.ASSISTANT:
         return {"role": role, "content": message.content}
-    calls = list(message.tool_calls.all())
+    calls = list(message.tool_calls.all()) if calls is None else list(calls)
     text = message.content
     if not calls and not text:
         return None
@@ -52,9 +55,15 @@ def message_to_wire(message: Message) -> dict[str, Any] | None:
     return entry
 
 
-def messages_to_wire(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Wire list for already-loaded messages in position order (prefetch their calls)."""
-    return [entry for entry in map(message_to_wire, messages) if entry is not None]
+def messages_to_wire(messages: Iterable[Message],
+                     calls: Mapping[int, Sequence[ToolCall]] | None = None) -> list[dict[str, Any]]:
+    """Wire list for already-loaded messages in position order (prefetch their calls, or
+    pass them: ``calls`` maps a message's pk to its calls in call order)."""
+    if calls is None:
+        entries = (message_to_wire(message) for message in messages)
+    else:
+        entries = (message_to_wire(message, calls.get(message.pk, ())) for message in messages)
+    return [entry for entry in entries if entry is not None]
 
 
 def to_messages(conversation: Conversation) -> list[dict[str, Any]]:

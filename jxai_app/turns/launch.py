@@ -31,7 +31,8 @@ from jxai_app.errors import UnknownModelError
 from jxai_app.problems import problem_error
 from jxai_app.providers import ModelConfig
 from jxai_app.serializers import conversation_dict, message_dict
-from jxai_app.store.common import lock_owned
+from jxai_app.store import sql
+from jxai_app.store.common import lock_owned_query, locked_from, parse_id
 from jxai_app.streaming.events import ErrorEvent
 from jxai_app.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.turns.hub import Follower, TurnHub, get_hub
@@ -82,18 +83,20 @@ class _Request:
     tools: Any
 
 
-def tool_view(user: Any, model: ModelConfig) -> Any:
+def tool_view(user: Any, model: ModelConfig, rules: dict[str, Any] | None = None) -> Any:
     """The tools one turn of ``user`` on ``model`` offers (issue 6 item 2: tools act as the user).
 
-    Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
-    per turn, since the view counts calls for the per-turn caps.
+    Sync (reads ``ToolPolicy`` rows, unless ``rules`` already holds them, and the user's
+    groups): call it in a thread. Built once per turn, since the view counts calls for the
+    per-turn caps.
 
     Returns:
         :func:`jxai_app.toolpolicy.tool_view_for` over the deployment's registry: only the
         tools the user's policies allow (none when the model has no tool support); a tool
         the model names without it being offered gets a failed "not available" result.
     """
-    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
+    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools,
+                                    rules=rules)
 
 
 def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
@@ -177,41 +180,58 @@ def _resolve_model(alias: str | None) -> ModelConfig | None:
 
 def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool,
            on_ready: Callable[[_Request], None]) -> _Begun:
-    """Everything a send does in the database, in one thread hop and one short transaction:
-    create the conversation when asked, lock and read it, admit the turn (``admit``: the
-    user's quota and rate limit, :func:`jxai_app.ratelimit.check_turn_allowed`), build the
-    turn's tool view, read the history, then (``on_ready``: the model request may start)
-    claim the conversation and save the user message and the placeholder
-    (:func:`jxai_app.store.turn_open`). A refusal or a conflict rolls it all back before
-    ``on_ready``: nothing saved, the provider not contacted."""
+    """Everything a send does in the database, in one thread hop and one short transaction.
+
+    1. Read, in one round trip on PostgreSQL (:func:`jxai_app.store.sql.fetch_together`):
+       the conversation's row, locked (or create the conversation when asked), the user's
+       standing and admissions (``admit``: quota and rate limit, :mod:`jxai_app.ratelimit`),
+       the tools' policy rows and the history.
+    2. Decide: not found, quota, rate limit, conflict are refused here (rolled back: nothing
+       saved, the provider not contacted); else ``on_ready`` (the model request may start).
+    3. Write: the admission, the claim, the user message and the placeholder
+       (:func:`jxai_app.store.turn_open`), then commit.
+    """
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
     turn_id = uuid.uuid4()
+    now = ratelimit.now()
+    tool_names = [defn.name for defn in conf.get_tool_registry().list()]
     with transaction.atomic():
         created = conversation_id is None
+        queries = [] if created else [lock_owned_query(user, conversation_id)]
+        if admit:
+            queries += ratelimit.admission_queries(user, now)
+        queries.append(toolpolicy.rules_query(tool_names))
         if created:
             conversation = store.conversation_create(user=user, model=(requested or registry.resolve(None)).alias)
+            results = sql.fetch_together(queries)
+            history: store.History | None = store.History(messages=[], calls={})
         else:
-            conversation = lock_owned(user, conversation_id)
-        if requested is not None:
-            model = requested
-        else:
-            try:
-                model = registry.get(conversation.model)
-            except UnknownModelError:  # configuration changed since: the default takes over
-                model = registry.resolve(None)
-        if admit:
-            ratelimit.check_turn_allowed(user)  # before the provider; rolled back with a conflict
-        tools = tool_view(user, model)
+            results = sql.fetch_together([*queries, *store.history_queries(parse_id(conversation_id))])
+            conversation = locked_from(results.pop(0))
+            history = store.history_from(results[-2:])
+        model = requested or _model_of(registry, conversation.model)
+        admission = ratelimit.admission_from(user, now, results[:2]) if admit else None
+        rules = toolpolicy.rules_from(results[2 if admit else 0])
+        tools = tool_view(user, model, rules)
         cid = conversation.pk
 
-        def decided(history: list[dict[str, Any]]) -> None:
-            on_ready(_Request(conversation_id=cid, turn_id=turn_id, model=model, history=history, tools=tools))
+        def decided(wire: list[dict[str, Any]]) -> None:
+            on_ready(_Request(conversation_id=cid, turn_id=turn_id, model=model, history=wire, tools=tools))
+            if admission is not None:
+                admission.take()  # a write: after the request went out, in the same transaction
 
         opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, on_ready=decided,
-                                 model=model.alias if model.alias != conversation.model else None)
+                                 history=history, model=model.alias if model.alias != conversation.model else None)
     return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
                   user_message=message_dict(opened.user_message), model=model, created=created)
+
+
+def _model_of(registry: Any, alias: str) -> ModelConfig:
+    try:
+        return registry.get(alias)
+    except UnknownModelError:  # configuration changed since: the default takes over
+        return registry.resolve(None)
 
 
 def _check_text(text: Any) -> str:

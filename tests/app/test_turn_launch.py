@@ -125,7 +125,7 @@ async def test_no_tool_runs_before_the_send_commits(user: Any, fake: FakeProvide
 
     registry = ToolRegistry()
     registry.register(stamp)
-    monkeypatch.setattr(launch, "tool_view", lambda user, model: registry.gated(lambda defn: True))
+    monkeypatch.setattr(launch, "tool_view", lambda user, model, rules=None: registry.gated(lambda defn: True))
     fake.add(tool_script("call_1", "stamp", {}), text_script(["done"]))
     seen = _insert_after(fake, monkeypatch, hold=0.3)  # a slow commit, the tool call already there
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)

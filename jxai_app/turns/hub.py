@@ -27,7 +27,7 @@ import asyncio
 import logging
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Awaitable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -39,12 +39,31 @@ from jxai_app.turns import names
 if TYPE_CHECKING:
     from jxai_app.turns.runner import TurnRunner
 
-__all__ = ["Follower", "TurnHub", "TurnState", "get_hub"]
+__all__ = ["Follower", "TurnHub", "TurnState", "get_hub", "receive_each"]
 
 logger = logging.getLogger("jxai_app.turns")
 
 REPLY_TIMEOUT_SECONDS = 1.0
 """How long to wait for a runner on another worker to answer a cancel or replay request."""
+
+
+async def receive_each(layer: Any, channel: str, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
+                       failure: str) -> None:
+    """Hand every message of a layer channel to ``handle`` (awaited when it returns an
+    awaitable) until cancelled; a failing receive is logged with ``failure`` and retried
+    after 0.5 s (a layer that is down for a while must not end the listener)."""
+    while True:
+        try:
+            message = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception(failure)
+            await asyncio.sleep(0.5)
+            continue
+        result = handle(message)
+        if result is not None:
+            await result
 
 
 class Follower(Protocol):
@@ -293,19 +312,12 @@ class TurnHub:
         return self._reply_channel
 
     async def _receive_replies(self, channel: str) -> None:
-        layer = self.layer
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("channel layer: receiving replies failed")
-                await asyncio.sleep(0.5)
-                continue
+        def answer(message: dict[str, Any]) -> None:
             future = self._pending.get(str(message.get("request")))
             if future is not None and not future.done():
                 future.set_result(message)
+
+        await receive_each(self.layer, channel, answer, "channel layer: receiving replies failed")
 
     async def ask_runner(self, conversation_id: uuid.UUID, message: dict[str, Any]) -> dict[str, Any] | None:
         """Send a control message to whatever runner runs the conversation's turn (on any

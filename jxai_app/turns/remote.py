@@ -14,11 +14,11 @@ Answers go to the asker's ``reply_to`` channel as ``jxai.reply`` with its ``requ
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from jxai_app.turns import names
+from jxai_app.turns.hub import receive_each
 
 if TYPE_CHECKING:
     from jxai_app.turns.runner import TurnRunner
@@ -45,16 +45,7 @@ class ControlChannel:
         layer, channel = self.runner.hub.layer, self.channel
         if layer is None or channel is None:
             return
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("turn %s: control channel failed", self.runner.turn_id)
-                await asyncio.sleep(0.5)
-                continue
-            await self._handle(message)
+        await receive_each(layer, channel, self._handle, f"turn {self.runner.turn_id}: control channel failed")
 
     async def close(self) -> None:
         """Leave the control group (errors logged)."""

@@ -3,6 +3,7 @@ ratelimit's wall clock), a write counter, and websocket steps the turn tests sha
 
 from __future__ import annotations
 
+
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -113,3 +114,21 @@ def user(django_user_model: Any) -> Any:
 @pytest.fixture
 def other_user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("mallory")
+
+
+@contextmanager
+def production_static(static_root: Any) -> Iterator[None]:
+    """Static files as a deployment serves them: ``DEBUG`` off, ``collectstatic`` into
+    ``static_root`` with WhiteNoise's hashed (manifest) storage, no finders. Make a fresh
+    ``Client()`` inside: WhiteNoise indexes ``STATIC_ROOT`` when its handler starts."""
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    storages = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+    with override_settings(DEBUG=False, STATIC_ROOT=static_root, STORAGES=storages, WHITENOISE_USE_FINDERS=False,
+                           WHITENOISE_AUTOREFRESH=False):
+        call_command("collectstatic", interactive=False, verbosity=0)
+        yield

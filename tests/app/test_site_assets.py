@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.staticfiles import finders
-from django.core.management import call_command
 from django.template.loader import render_to_string
-from django.test import Client, override_settings
+from django.test import Client
 from django.urls import reverse
+from tests.app.conftest import production_static
 
 STATIC_SOURCE = Path(__file__).resolve().parents[2] / "jxai_app" / "static" / "jxai_app"
 ICON_URL = "/static/jxai_app/favicon.svg"
@@ -98,13 +98,7 @@ def test_favicon_ico_redirects_to_the_svg_for_anyone(client: Client) -> None:
 @pytest.mark.django_db
 def test_favicon_and_admin_css_with_the_manifest_storage(client: Client, django_user_model: Any,
                                                          tmp_path: Path) -> None:
-    storages = {
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
-    }
-    with override_settings(DEBUG=False, STATIC_ROOT=tmp_path, STORAGES=storages, WHITENOISE_USE_FINDERS=False,
-                           WHITENOISE_AUTOREFRESH=False):
-        call_command("collectstatic", interactive=False, verbosity=0)
+    with production_static(tmp_path):
         client = Client()   # a fresh handler: WhiteNoise indexes STATIC_ROOT when it starts
         redirect = client.get("/favicon.ico")
         assert redirect.status_code == 302

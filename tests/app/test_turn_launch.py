@@ -18,26 +18,10 @@ from jxai_app.models import Conversation, ConversationStatus, Message
 from jxai_app.store import turn as turn_store
 from jxai_app.tools import ToolRegistry, tool
 from jxai_app.turns import TurnHub, launch, start_turn
-from tests.app.turns_support import MODEL, fake, hub, text_script, tool_script  # noqa: F401
+from tests.app.turns_support import MODEL, Recorder, fake, hub, text_script, tool_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider, Script
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Follower:
-    """Keeps every frame pushed to it."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.ended = asyncio.Event()
-
-    def deliver(self, frame: dict[str, Any]) -> None:
-        self.frames.append(frame)
-        if frame["type"] == "conversation" and frame["conversation"]["status"] != "streaming":
-            self.ended.set()
-
-    def adopt(self, conversation_id: Any, turn_id: str) -> None:
-        pass
 
 
 def _insert_after(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, *, then: Any = None,
@@ -67,7 +51,7 @@ async def test_the_model_request_goes_out_before_the_send_commits(user: Any, fak
     fake.add(text_script(["Hel", "lo"]))
     seen = _insert_after(fake, monkeypatch)
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
-    follower = Follower()
+    follower = Recorder()
     hub.follow(conversation.pk, follower)
 
     info = await start_turn(user=user, conversation_id=conversation.pk, text="Say hello.", hub=hub)
@@ -90,7 +74,7 @@ async def test_a_send_failing_after_the_decision_closes_its_request_and_leaves_n
     fake.add(Script(writes=[], hold=True))  # the provider answers nothing until the client leaves
     seen = _insert_after(fake, monkeypatch, then=RuntimeError("disk full"))
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
-    follower = Follower()
+    follower = Recorder()
     hub.follow(conversation.pk, follower)
 
     with pytest.raises(RuntimeError, match="disk full"):
@@ -129,7 +113,7 @@ async def test_no_tool_runs_before_the_send_commits(user: Any, fake: FakeProvide
     fake.add(tool_script("call_1", "stamp", {}), text_script(["done"]))
     seen = _insert_after(fake, monkeypatch, hold=0.3)  # a slow commit, the tool call already there
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
-    follower = Follower()
+    follower = Recorder()
     hub.follow(conversation.pk, follower)
 
     await start_turn(user=user, conversation_id=conversation.pk, text="Stamp it.", hub=hub)

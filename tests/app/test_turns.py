@@ -14,30 +14,10 @@ from jxai_app.models import Conversation, ConversationStatus, Message
 from jxai_app.turns import ReplayLog, TurnHub, cancel_turn, start_turn
 from jxai_app.turns.names import conversation_group
 from tests.app.conftest import start_streaming, watch_one_turn
-from tests.app.turns_support import MODEL, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
+from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Recorder:
-    """A follower that keeps every frame pushed to it (what a socket would get)."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-        self.adopted: list[tuple[Any, str]] = []
-        self.ended = asyncio.Event()
-
-    def deliver(self, frame: dict[str, Any]) -> None:
-        self.frames.append(frame)
-        if frame["type"] == "conversation" and frame["conversation"]["status"] != "streaming":
-            self.ended.set()
-
-    def adopt(self, conversation_id: Any, turn_id: str) -> None:
-        self.adopted.append((conversation_id, turn_id))
-
-    def items(self) -> list[dict[str, Any]]:
-        return [i for f in self.frames if f["type"] == "events" for i in f["items"]]
 
 
 def test_replay_log_returns_exactly_what_was_published_and_stays_small() -> None:

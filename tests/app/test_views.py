@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -20,6 +19,7 @@ from jxai_app import store
 from jxai_app.conf import get_model_registry
 from jxai_app.csp import CSP_HEADER
 from jxai_app.models import Conversation
+from tests.app.conftest import production_static
 
 STATIC_SOURCE = Path(__file__).resolve().parents[2] / "jxai_app" / "static" / "jxai_app"
 HOOKS = ("composer", "send", "stop", "new-conversation", "error", "transcript", "model")
@@ -243,13 +243,7 @@ def test_log_in_and_log_out_through_the_pages(client: Client, user: Any) -> None
 
 @pytest.mark.django_db
 def test_static_files_are_served_by_the_app_with_debug_off(user: Any, tmp_path: Path) -> None:
-    storages = {
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
-    }
-    with override_settings(DEBUG=False, STATIC_ROOT=tmp_path, STORAGES=storages, WHITENOISE_USE_FINDERS=False,
-                           WHITENOISE_AUTOREFRESH=False):
-        call_command("collectstatic", interactive=False, verbosity=0)
+    with production_static(tmp_path):
         client = Client()   # a fresh handler: WhiteNoise indexes STATIC_ROOT when it starts
         client.force_login(user)
         page = parse(client.get("/").content.decode())

@@ -171,3 +171,23 @@ class Tab:
 def assert_in_order(items: list[dict[str, Any]]) -> None:
     """Seqs are exactly 1, 2, 3 … (each once, in order)."""
     assert [i["seq"] for i in items] == list(range(1, len(items) + 1))
+
+
+class Recorder:
+    """A follower that keeps every frame pushed to it (what a socket would get)."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+        self.adopted: list[tuple[Any, str]] = []
+        self.ended = asyncio.Event()
+
+    def deliver(self, frame: dict[str, Any]) -> None:
+        self.frames.append(frame)
+        if frame["type"] == "conversation" and frame["conversation"]["status"] != "streaming":
+            self.ended.set()
+
+    def adopt(self, conversation_id: Any, turn_id: str) -> None:
+        self.adopted.append((conversation_id, turn_id))
+
+    def items(self) -> list[dict[str, Any]]:
+        return [i for f in self.frames if f["type"] == "events" for i in f["items"]]

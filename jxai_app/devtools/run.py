@@ -3,8 +3,9 @@
 Issue 5, item 2. Run as ``python -m jxai_app.devtools.run`` from the project's virtualenv (the
 Makefile creates it and installs the ``[local]`` extra first when :func:`local_model_needed`):
 
-1. ``manage.py migrate``, then ``manage.py recover_partial_messages --all`` when that command
-   exists, then ``manage.py ensure_demo_user`` (prints a generated password once);
+0. both ports free (daphne's and, when wanted, the model's), before anything else;
+1. ``manage.py migrate``, then ``manage.py recover_partial_messages`` (turns silent for 30 s)
+   when that command exists, then ``manage.py ensure_demo_user`` (prints a generated password once);
 2. with no provider configured, the embedded model: the GGUF is assembled and verified, then
    ``llama_cpp.server`` starts on 127.0.0.1 (default port 8081, log in ``.cache/localmodel.log``)
    and daphne is told where it is through ``JXAI_LOCAL_MODEL_URL`` and ``JXAI_LOCAL_CONTEXT_WINDOW``;
@@ -54,8 +55,11 @@ def manage(*args: str, check: bool = True, quiet: bool = False) -> int:
 
 
 def port_free(host: str, port: int) -> bool:
-    """True when nothing listens on ``host:port`` (we can bind it ourselves)."""
+    """True when nothing listens on ``host:port``. Bound with ``SO_REUSEADDR``, as daphne and
+    the model server bind: connections of a stopped run still in ``TIME_WAIT`` do not count
+    (on Linux a listening socket still refuses the bind)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:
@@ -80,8 +84,9 @@ def prepare_database() -> None:
     say("migrating the database")
     manage("migrate", "--noinput")
     if manage("help", "recover_partial_messages", check=False, quiet=True) == 0:
+        # only turns silent for 30 s: a turn of another instance on the same database is live
         say("recovering messages left partial by an earlier stop")
-        manage("recover_partial_messages", "--all")
+        manage("recover_partial_messages")
     manage("ensure_demo_user")
 
 
@@ -120,11 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, signal.default_int_handler)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     try:
-        if not port_free(args.host, args.port):
-            say(f"port {args.port} is in use: is jxai already running? (make run ARGS='--port N')")
-            return 1
-        prepare_database()
         env = dict(os.environ)
+        wanted = [(args.port, "--port")] + ([(args.model_port, "--model-port")] if local_model_needed(env) else [])
+        for port, option in wanted:  # before touching the database: a second run must change nothing
+            if not port_free(args.host, port):
+                say(f"port {port} is in use: is jxai already running? (make run RUN_ARGS='{option} N')")
+                return 1
+        prepare_database()
         if local_model_needed(env):
             server = start_local_model(args.host, args.model_port)
             assert server.process is not None

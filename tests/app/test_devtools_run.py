@@ -1,0 +1,66 @@
+"""``make run``'s start checks (jxai_app.devtools.run): its ports are checked before anything
+touches the database, and a port left in ``TIME_WAIT`` by a run just stopped is free."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from jxai_app.devtools.run import port_free
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_listening_port_is_busy_and_a_port_in_time_wait_is_free() -> None:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    assert not port_free("127.0.0.1", port)
+
+    client = socket.create_connection(("127.0.0.1", port))
+    server_side, _ = listener.accept()
+    server_side.close()  # the server closes first: its end of the connection waits in TIME_WAIT
+    client.recv(1)
+    client.close()
+    listener.close()
+    plain = socket.socket()
+    try:
+        plain.bind(("127.0.0.1", port))
+        in_time_wait = False
+    except OSError:
+        in_time_wait = True  # a bind without SO_REUSEADDR fails: "in use" though nothing listens
+    finally:
+        plain.close()
+    assert in_time_wait
+    assert port_free("127.0.0.1", port)
+
+
+def test_a_busy_model_port_stops_make_run_before_it_touches_the_database(tmp_path: Path) -> None:
+    # A second `make run` beside a live one: it must not migrate, nor recover (end) the
+    # first one's running turns, before finding the local model's port taken.
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    free_port = free.getsockname()[1]
+    free.close()
+    database = tmp_path / "second-run.sqlite3"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "JXAI_MODELS_FILE", "JXAI_MODELS_JSON")}
+    env["DATABASE_URL"] = f"sqlite:///{database}"
+    try:
+        out = subprocess.run([sys.executable, "-m", "jxai_app.devtools.run", "--port", str(free_port),
+                              "--model-port", str(busy.getsockname()[1])],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        busy.close()
+    said = out.stdout + out.stderr
+    assert out.returncode == 1, said
+    assert "is in use" in said and "RUN_ARGS='--model-port N'" in said
+    assert not database.exists()  # not migrated, nothing recovered

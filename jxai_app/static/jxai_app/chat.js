@@ -25,6 +25,7 @@ const ui = {
 };
 
 const state = {
+  conflictShown: false,       // the error banner shows a send refused with `conflict`
   currentId: initial.conversationId,
   awaitingNew: false,         // a send with conversationId null is on its way
   streaming: false,
@@ -173,6 +174,8 @@ function upsertConversation(conversation) {
     renderHeader();
     if (conversation.status === "streaming") setStreaming(true);
     else if (state.streaming && !state.turnPending && !transcript.live.size && !sequencer.turnId) setStreaming(false);
+    // "A turn is already running" is over once that turn is: the send can be tried again.
+    if (conversation.status !== "streaming" && state.conflictShown) hideError();
     if (conversation.status === "error" && conversation.lastError && ui.error.hidden) {
       showError(conversation.lastError.message || "The last answer failed.", { retry: true });
     }
@@ -255,7 +258,9 @@ function handleErrorFrame(frame) {
     if (text !== null && !ui.composer.value) ui.composer.value = text;
     state.awaitingNew = false;
     state.turnPending = false;
-    setStreaming(false);
+    // A turn another tab started may be running here: keep showing it (and its Stop).
+    setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
+    if (isConflict(frame)) state.conflictShown = true;
   } else if (frame.request === "retry") {
     state.turnPending = false;
     setStreaming(false);
@@ -268,6 +273,16 @@ function handleErrorFrame(frame) {
   showError(text, { retry: false });
 }
 
+function isConflict(frame) {
+  const problem = frame.problem || {};
+  return frame.code === "conflict" || String(problem.type || "").endsWith("/conflict");
+}
+
+function currentStatus() {
+  const conversation = state.currentId ? conversations.get(state.currentId) : null;
+  return conversation ? conversation.status : null;
+}
+
 function showError(text, { retry }) {
   ui.errorText.textContent = text;
   ui.retry.hidden = !retry;
@@ -276,6 +291,7 @@ function showError(text, { retry }) {
 
 function hideError() {
   ui.error.hidden = true;
+  state.conflictShown = false;
 }
 
 function startNewChat() {

@@ -51,7 +51,9 @@ export class Transcript {
     if (message.role === "user") {
       if (this.find(message.id)) return;
       const pending = this.pendingUser();
-      if (pending) {
+      // Only this tab's own message confirms its pending one: another tab of the same
+      // conversation may have sent first (this tab's send is then refused with `conflict`).
+      if (pending && pending.querySelector(".message-body").textContent === (message.content || "")) {
         pending.classList.remove("pending");
         pending.dataset.messageId = String(message.id);
         this.place(pending);

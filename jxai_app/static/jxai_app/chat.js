@@ -354,6 +354,16 @@ ui.form.addEventListener("submit", (event) => {
   event.preventDefault();
   sendMessage();
 });
+// The composer's maxlength cuts a long paste silently: say so.
+ui.composer.addEventListener("paste", (event) => {
+  const limit = initial.maxMessageChars;
+  const pasted = event.clipboardData ? event.clipboardData.getData("text") : "";
+  const room = limit - (ui.composer.value.length - (ui.composer.selectionEnd - ui.composer.selectionStart));
+  if (limit && pasted.length > room) {
+    showError(`Messages are limited to ${limit} characters: only the first ${Math.max(0, room)} of the ` +
+              `${pasted.length} pasted were kept.`, { retry: false });
+  }
+});
 ui.composer.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();

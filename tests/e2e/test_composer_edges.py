@@ -1,4 +1,6 @@
-"""Two tabs of one conversation send at the same moment: the server starts one turn and refuses
+"""Edges of sending from the page.
+
+Two tabs of one conversation send at the same moment: the server starts one turn and refuses
 the other with ``conflict``. The refused tab must lose nothing and show nothing false: its
 text goes back into its composer, its transcript shows only what was saved, and the conflict
 banner goes away once the other tab's turn is over.
@@ -7,6 +9,8 @@ The race is made certain by holding the refused tab's ``send`` frame (Playwright
 routing) until that tab has received the other tab's ``message_saved``: exactly the order in
 which a new-user test saw the page take the other tab's message for its own, clear its
 composer and keep its refused message on screen.
+
+A paste longer than the message limit is cut by the composer's ``maxlength``; the page says so.
 """
 
 from __future__ import annotations
@@ -85,3 +89,23 @@ def test_the_refused_tab_keeps_its_text_and_shows_only_what_was_saved(open_page:
         texts = [t.replace("You said:", "").strip() for t in recorded.page.get_by_test_id("message-user").all_inner_texts()]
         assert texts == saved, texts
     assert_clean(first, second)
+
+
+def test_a_paste_longer_than_the_limit_is_announced(logged_in: Any) -> None:
+    from django.conf import settings
+
+    recorded = logged_in()
+    limit = settings.JXAI_MAX_MESSAGE_CHARS
+    composer = recorded.page.get_by_test_id("composer")
+    composer.focus()
+    recorded.page.evaluate(
+        """(size) => {
+            const data = new DataTransfer();
+            data.setData("text/plain", "x".repeat(size));
+            document.querySelector("[data-testid=composer]").dispatchEvent(
+                new ClipboardEvent("paste", { clipboardData: data, bubbles: true, cancelable: true }));
+        }""", limit + 500)
+    banner = recorded.page.get_by_test_id("error")
+    banner.wait_for(state="visible")
+    assert f"limited to {limit} characters" in banner.inner_text()
+    assert_clean(recorded)

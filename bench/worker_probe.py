@@ -48,6 +48,7 @@ def _malloc_trim() -> None:
 
 
 def probe(*_: object) -> None:
+    """``SIGUSR1`` handler: append one JSON line (module docstring) to ``$JXAI_PROBE_FILE``."""
     import time
 
     started = time.perf_counter()

@@ -155,6 +155,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
 
     async def connect(self) -> None:
+        """Accept a logged-in user's socket (an anonymous one is closed with 4401), start its
+        session and the periodic login re-check (``JXAI_WS_SESSION_CHECK_SECONDS``)."""
         user = self.scope.get("user")
         await self.accept()
         if user is None or not getattr(user, "is_authenticated", False):
@@ -197,6 +199,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await asyncio.shield(self._release())
 
     async def disconnect(self, code: int) -> None:
+        """The socket closed: release the session (a running turn goes on unless
+        ``JXAI_CANCEL_ON_DISCONNECT``)."""
         await self._release()
 
     async def _release(self) -> None:
@@ -229,6 +233,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     # ------------------------------------------------------------------ client → server
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """One client frame (docs/websocket.md): ``cancel`` at once, every other request in
+        the session's order; a malformed frame gets an ``error`` frame and the socket stays."""
         session = self.session
         if session is None:
             return

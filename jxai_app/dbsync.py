@@ -38,6 +38,7 @@ class DatabaseSyncToAsync(SyncToAsync):
     before and after the call (module docstring). Same arguments as ``sync_to_async``."""
 
     def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run the call in the worker thread between two :func:`close_stale_connections`."""
         close_stale_connections()
         try:
             return super().thread_handler(loop, *args, **kwargs)

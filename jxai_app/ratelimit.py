@@ -90,14 +90,10 @@ def allowance_for(user: Any) -> Allowance:
     )
 
 
-def _now() -> datetime:
-    return datetime.fromtimestamp(clock(), tz=timezone.utc)
-
-
 def now() -> datetime:
     """The limiter's time: :data:`clock` as an aware UTC datetime (what
     :func:`admission_queries` and :func:`admission_from` take)."""
-    return _now()
+    return datetime.fromtimestamp(clock(), tz=timezone.utc)
 
 
 def _today(now: datetime) -> date:
@@ -107,7 +103,7 @@ def _today(now: datetime) -> date:
 # -- tokens per day ------------------------------------------------------------------------
 def tokens_used_today(user: Any) -> int:
     """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
-    return ledger.tokens_on(user.pk, _today(_now()))
+    return ledger.tokens_on(user.pk, _today(now()))
 
 
 def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool) -> int:
@@ -131,7 +127,7 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool)
     if user is None or getattr(user, "pk", None) is None:
         return 0
     counts = ledger.counts_from(usage, estimated=estimated)
-    ledger.ledger_add(user.pk, _today(_now()), counts)
+    ledger.ledger_add(user.pk, _today(now()), counts)
     return counts.total
 
 
@@ -140,7 +136,7 @@ def turns_in_last_minute(user: Any) -> int:
     """Turns admitted for ``user`` in the last 60 s."""
     from jxai_app.models import TurnAdmission
 
-    return TurnAdmission.objects.filter(user_id=user.pk, at__gt=_now() - WINDOW).count()
+    return TurnAdmission.objects.filter(user_id=user.pk, at__gt=now() - WINDOW).count()
 
 
 @sql.statement
@@ -269,11 +265,11 @@ def check_turn_allowed(user: Any) -> None:
             the oldest counted turn leaves the window.
         django.db.DatabaseError: the database is unreachable.
     """
-    now = _now()
+    at = now()
     refusal: ProblemError | None = None
     with transaction.atomic(savepoint=False):  # the refusal is raised outside: the caller's block stays usable
         try:
-            admission = admission_from(user, now, sql.fetch_together(admission_queries(user, now)))
+            admission = admission_from(user, at, sql.fetch_together(admission_queries(user, at)))
         except ProblemError as exc:
             refusal = exc
         else:

@@ -107,11 +107,19 @@ class Normaliser(Protocol):
     ``UpstreamFault`` after the events already produced. A ``DoneEvent`` ends the stream.
     """
 
-    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None: ...
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
+        """Append the normalised events of one SSE event to ``out``.
 
-    def on_eof(self) -> Sequence[StreamEvent]: ...
+        Raises:
+            UpstreamFault: a provider error or malformed data (events before it stay in ``out``).
+        """
 
-    def on_json(self, body: Any) -> Sequence[StreamEvent]: ...
+    def on_eof(self) -> Sequence[StreamEvent]:
+        """The events at the end of the body (a stream cut short raises ``incomplete_stream``)."""
+
+    def on_json(self, body: Any) -> Sequence[StreamEvent]:
+        """The events of a whole JSON answer (``application/json`` instead of a stream;
+        SPEC §2 "non-streaming answers"); a JSON error object raises ``UpstreamFault``."""
 
 
 def event_object(sse: ServerSentEvent) -> dict[str, Any] | None:

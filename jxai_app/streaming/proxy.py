@@ -58,9 +58,12 @@ class ProxyNormaliser:
         out.append(event)
 
     def on_eof(self) -> Sequence[StreamEvent]:
+        """A proxy stream must end with ``done`` or ``error``: reaching EOF first is
+        ``incomplete_stream`` (SPEC §2)."""
         raise UpstreamFault("incomplete_stream", "The stream ended without a done or error event.")
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
+        """A JSON answer is an error object (``provider_error``) or ``unexpected_response``."""
         if type(body) is dict and body.get("error"):
             raise provider_error_fault(body["error"])
         raise UpstreamFault("unexpected_response", "The backend answered with JSON instead of an event stream.")

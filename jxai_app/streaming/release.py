@@ -29,7 +29,7 @@ import httpx
 
 __all__ = ["DRAIN_SECONDS", "finish_response"]
 
-logger = logging.getLogger("jxai_app.streaming.base")
+logger = logging.getLogger(__name__)
 
 DRAIN_SECONDS: Final[float] = 0.25
 """After a pooled answer's last event, how long its body's end (the last chunk) may take to

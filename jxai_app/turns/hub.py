@@ -88,11 +88,13 @@ class TurnState:
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> TurnState:
+        """The state in a ``jxai.reply`` layer message (see :meth:`to_message`)."""
         return cls(turn_id=str(message["turnId"]), user_message_id=message.get("userMessageId"),
                    last_seq=int(message["lastSeq"]), items=list(message.get("items") or []),
                    ended=bool(message.get("ended")))
 
     def to_message(self) -> dict[str, Any]:
+        """``{turnId, userMessageId, lastSeq, items, ended}`` for a layer message (msgpack-safe)."""
         return {"turnId": self.turn_id, "userMessageId": self.user_message_id, "lastSeq": self.last_seq,
                 "items": self.items, "ended": self.ended}
 

@@ -68,7 +68,6 @@ class _Begun:
     turn: store.TurnStart
     conversation: dict[str, Any]
     user_message: dict[str, Any]
-    model: ModelConfig
     created: bool
 
 
@@ -224,7 +223,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, on_ready=decided,
                                  history=history, model=model.alias if model.alias != conversation.model else None)
     return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
-                  user_message=message_dict(opened.user_message), model=model, created=created)
+                  user_message=message_dict(opened.user_message), created=created)
 
 
 def _model_of(registry: Any, alias: str) -> ModelConfig:

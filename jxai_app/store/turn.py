@@ -12,7 +12,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
@@ -143,8 +143,7 @@ def _claim_row(fields: tuple[str, ...]) -> str:
 
 def turn_open(
     *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
-    turn_id: uuid.UUID | None = None, on_ready: Callable[[list[dict[str, Any]]], None] | None = None,
-    history: History | None = None,
+    turn_id: uuid.UUID | None = None, history: History | None = None,
 ) -> TurnOpened:
     """Start a turn in ``conversation``: the send's writes plus the history read, with no
     read after them (CS-2; issue 4 "time to first token").
@@ -159,20 +158,12 @@ def turn_open(
     one-turn rule, across processes), one INSERT of the user message and the placeholder;
     all but the calls' hand-written (:mod:`jxai_app.store.sql`).
 
-    ``on_ready`` is called once the send is decided and before its writes: the conflict
-    check passed under the row lock (so the claim cannot lose) and the history is read. The
-    caller uses it to start the model request while the writes and the commit run (issue 4,
-    time to first token); if anything after it raises, the transaction rolls back and the
-    caller must drop what it started.
-
     Args:
         conversation: the conversation, read as above (it is updated in place).
         text: the user's message (not blank; length limits are the caller's, issue 6).
         model: a model alias to switch the conversation to, or ``None`` to keep its model.
         stale_after: a running turn silent this long is abandoned first (crash recovery).
         turn_id: the new turn's id (default: a fresh ``uuid4``).
-        on_ready: called with the request's history (OpenAI wire messages ending with the
-            new user message) before the writes; see above.
         history: the conversation's :class:`History`, read in this transaction after the
             lock (e.g. together with other statements); default: read here.
 
@@ -194,8 +185,6 @@ def turn_open(
         position = earlier.next_position
         user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
         wire = messages_to_wire([*earlier.messages, user_message], earlier.calls)
-        if on_ready is not None:
-            on_ready(wire)
         now = timezone.now()
         changes: dict[str, Any] = {
             "status": ConversationStatus.STREAMING, "turn_id": turn_id or uuid.uuid4(), "turn_heartbeat": now,

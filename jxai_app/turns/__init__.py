@@ -7,7 +7,7 @@ Modules::
     batches.py  LayerBatcher: a turn's frames to the layer every 50 ms, merged
     remote.py   ControlChannel: cancel, replay, follow from other workers
     log.py      ReplayLog: a running turn's events, compact, replayed exactly
-    launch.py   start_turn: the send's transaction, the model request started once it is decided
+    launch.py   start_turn: the send's transaction, then the runner and its model request
     control.py  cancel_turn, retry_turn, conversation_retitle, conversation_remove
     session.py  Session: one socket's ordered output, sequencer, snapshot and requests
     names.py    group names and layer message types

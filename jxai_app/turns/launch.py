@@ -1,23 +1,21 @@
-"""Starting a turn: the send's one transaction, and the model request started inside it.
+"""Starting a turn: the send's one transaction, then the model request.
 
 A send makes its decision under the conversation's row lock (ownership, the one-turn
-rule, the user's quota and rate limit, the history), then writes (the claim, the user
-message, the placeholder) and commits. Nothing of that needs the model request to wait
-for the writes: as soon as the send is decided, :class:`Launch` starts the turn's runner
-on the event loop, so the request to the provider travels while the writes and the commit
-run in the database thread (issue 4, time to first token). The runner holds every event
-until the commit is confirmed (:meth:`TurnRunner.bind`) and publishes nothing before it;
-if the transaction fails after the decision, the runner is dropped (:meth:`TurnRunner.abandon`):
-its request is closed, nothing was saved and no socket saw anything.
+rule, the user's quota and rate limit, the history), writes (the claim, the user message,
+the placeholder) and commits, all in one hop to the database thread; then the turn's
+runner starts on the event loop and the model request goes out. A refusal (not found,
+conflict, quota, rate limit, bad input) or a failed transaction never contacts the
+provider (issue 6 item 3), and no socket sees a turn that was not saved.
 
-A refusal (not found, conflict, quota, rate limit, bad input) is raised before the decision,
-so the provider is never contacted for it (issue 6 item 3).
+Why not start the request before the commit, to overlap it with the writes? Measured on
+the 2-CPU bench machine (``bench/e2e.py --latency-only``, issue 4), it made the time to
+first token worse on SQLite and no better on PostgreSQL: the writes and the request's
+set-up both need the GIL, and a thread that gives it up at every statement then waits for
+the other at each one, so the two interleave slower than they run one after the other.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import uuid
 from dataclasses import dataclass
@@ -38,7 +36,7 @@ from jxai_app.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.turns.hub import Follower, TurnHub, get_hub
 from jxai_app.turns.runner import TurnRunner
 
-__all__ = ["Launch", "Origin", "TurnInfo", "client_factory", "start_turn", "start_turn_unmetered", "tool_view"]
+__all__ = ["Origin", "TurnInfo", "client_factory", "start_turn", "start_turn_unmetered", "tool_view"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -65,20 +63,15 @@ class TurnInfo:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Begun:
+    """What a committed send saved, and what its model request needs."""
+
     turn: store.TurnStart
     conversation: dict[str, Any]
     user_message: dict[str, Any]
     created: bool
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Request:
-    """What the model request needs, known once the send is decided."""
-
-    conversation_id: uuid.UUID
-    turn_id: uuid.UUID
     model: ModelConfig
     history: list[dict[str, Any]]
+    """OpenAI wire messages, ending with the new user message."""
     tools: Any
 
 
@@ -114,60 +107,6 @@ def client_factory(alias: str) -> Callable[[], Any]:
     return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
 
 
-class Launch:
-    """Starts one send's runner from the database thread once the send is decided (see the
-    module docstring), and binds or drops it when the transaction has ended.
-
-    Use: pass :meth:`ready` to the send's transaction (it runs in the thread), then call
-    :meth:`bind` with what was saved, or :meth:`abandon` when the transaction raised.
-
-    Args:
-        hub: the worker's hub.
-        user: the requesting user.
-        loop: the event loop the runner runs on (the caller's).
-    """
-
-    def __init__(self, *, hub: TurnHub, user: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.hub, self.user, self._loop = hub, user, loop
-        # The runner's task must start in the caller's context, not the database thread's:
-        # asgiref marks that thread's context, and a task inheriting it could not use
-        # ``database_sync_to_async`` ("Single thread executor already being used").
-        self._context = contextvars.copy_context()
-        self._request: _Request | None = None
-        self.runner: TurnRunner | None = None
-
-    def ready(self, request: _Request) -> None:
-        """Thread side: the send is decided; start the runner on the loop now."""
-        self._request = request
-        self._loop.call_soon_threadsafe(self._create, context=self._context)
-
-    def _create(self) -> None:
-        request = self._request
-        if self.runner is not None or request is None:
-            return
-        self.runner = TurnRunner(
-            hub=self.hub, user=self.user, conversation_id=request.conversation_id, turn_id=request.turn_id,
-            model=request.model.alias, history=request.history, context_window=request.model.context_window,
-            tools=request.tools, client_factory=client_factory(request.model.alias),
-            system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
-        )
-        self.runner.start()
-
-    def bind(self, begun: _Begun) -> TurnRunner:
-        """Loop side, after the commit: the runner may publish and write from now on."""
-        self._create()  # normally done already by the callback ``ready`` scheduled
-        assert self.runner is not None, "the send committed without deciding"
-        self.runner.bind(begun.turn, user_message=begun.user_message, conversation=begun.conversation)
-        return self.runner
-
-    def abandon(self) -> None:
-        """Loop side, the transaction raised: drop the runner if one started (its request
-        closes; it publishes and writes nothing)."""
-        self._request = None
-        if self.runner is not None:
-            self.runner.abandon()
-
-
 def _resolve_model(alias: str | None) -> ModelConfig | None:
     if not alias:
         return None
@@ -177,8 +116,7 @@ def _resolve_model(alias: str | None) -> ModelConfig | None:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool,
-           on_ready: Callable[[_Request], None]) -> _Begun:
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, admit: bool) -> _Begun:
     """Everything a send does in the database, in one thread hop and one short transaction.
 
     1. Read, in one round trip on PostgreSQL (:func:`jxai_app.store.sql.fetch_together`):
@@ -186,9 +124,9 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
        standing and admissions (``admit``: quota and rate limit, :mod:`jxai_app.ratelimit`),
        the tools' policy rows and the history.
     2. Decide: not found, quota, rate limit, conflict are refused here (rolled back: nothing
-       saved, the provider not contacted); else ``on_ready`` (the model request may start).
-    3. Write: the admission, the claim, the user message and the placeholder
-       (:func:`jxai_app.store.turn_open`), then commit.
+       saved, the provider not contacted).
+    3. Write: the claim, the user message and the placeholder (:func:`jxai_app.store.turn_open`)
+       and the admission, then commit.
     """
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
@@ -213,17 +151,13 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         admission = ratelimit.admission_from(user, now, results[:2]) if admit else None
         rules = toolpolicy.rules_from(results[2 if admit else 0])
         tools = tool_view(user, model, rules)
-        cid = conversation.pk
-
-        def decided(wire: list[dict[str, Any]]) -> None:
-            on_ready(_Request(conversation_id=cid, turn_id=turn_id, model=model, history=wire, tools=tools))
-            if admission is not None:
-                admission.take()  # a write: after the request went out, in the same transaction
-
-        opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, on_ready=decided,
-                                 history=history, model=model.alias if model.alias != conversation.model else None)
+        opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, history=history,
+                                 model=model.alias if model.alias != conversation.model else None)
+        if admission is not None:
+            admission.take()
     return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
-                  user_message=message_dict(opened.user_message), created=created)
+                  user_message=message_dict(opened.user_message), created=created, model=model,
+                  history=opened.history, tools=tools)
 
 
 def _model_of(registry: Any, alias: str) -> ModelConfig:
@@ -282,15 +216,15 @@ async def _start(*, user: Any, conversation_id: uuid.UUID | str | None, text: st
                  origin: Origin | None, hub: TurnHub | None, admit: bool) -> TurnInfo:
     text = _check_text(text)
     hub = hub or get_hub()
-    launch = Launch(hub=hub, user=user, loop=asyncio.get_running_loop())
-    try:
-        begun = await database_sync_to_async(_begin)(user, conversation_id, text, model_alias, admit=admit,
-                                                     on_ready=launch.ready)
-    except BaseException:
-        launch.abandon()
-        raise
-    runner = launch.bind(begun)
-    if origin is not None:
+    begun = await database_sync_to_async(_begin)(user, conversation_id, text, model_alias, admit=admit)
+    runner = TurnRunner(
+        hub=hub, user=user, turn=begun.turn, user_message=begun.user_message, conversation=begun.conversation,
+        model=begun.model.alias, history=begun.history, context_window=begun.model.context_window,
+        tools=begun.tools, client_factory=client_factory(begun.model.alias), system_prompt=conf.get_system_prompt(),
+        policy=conf.get_agent_policy(),
+    )
+    if origin is not None:  # before the task starts, so the socket misses nothing
         origin.adopt(begun.turn.conversation_id, runner.turn_id)
+    runner.start()
     return TurnInfo(conversation_id=begun.turn.conversation_id, turn_id=runner.turn_id, created=begun.created,
                     conversation=begun.conversation, runner=runner)

@@ -21,9 +21,8 @@ streaming) and ``message_saved`` of the user message first; ``message_saved`` af
 completed round and tool result; ``conversation`` (final status) after the turn ended in
 the database, right after the ``turn_end`` event.
 
-The model request starts before the send's transaction commits
-(:mod:`jxai_app.turns.launch`): until :meth:`TurnRunner.bind`, nothing is published or
-written and the first model event waits.
+A runner exists only for a send that committed (:mod:`jxai_app.turns.launch`): the
+model request goes out after the send's transaction, never for a refused or failed send.
 
 Control from any worker: :class:`~jxai_app.turns.remote.ControlChannel` (cancel, replay,
 follow/unfollow).
@@ -92,18 +91,16 @@ def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
 
 
 class TurnRunner:
-    """Runs one turn (see the module docstring). Built, started and bound by
-    :class:`jxai_app.turns.launch.Launch`.
-
-    Two steps: :meth:`start` once the send is decided (the model request goes out at once),
-    then :meth:`bind` once the send's transaction committed (the runner registers with the
-    hub and publishes and writes from then on; it holds the model's events until then), or
-    :meth:`abandon` when that transaction failed (nothing is published or written).
+    """Runs one turn (see the module docstring); built and started by
+    :func:`jxai_app.turns.launch.start_turn` once the send committed.
 
     Args:
         hub: the worker's hub (registry, local followers, layer).
         user: the requesting user (tools get it in their ``ToolContext``).
-        conversation_id, turn_id: the conversation and the id the send gives the turn.
+        turn: what the send saved (conversation, turn id, the two message ids).
+        user_message: the saved user message (protocol dict), published first.
+        conversation: the conversation as the send saved it (protocol dict, status
+            ``streaming``), announced first without reading it again.
         model: the model alias the turn uses.
         history: OpenAI wire messages so far, ending with the user message.
         context_window: the model's context window in tokens.
@@ -113,39 +110,35 @@ class TurnRunner:
         system_prompt, policy: as ``run_turn`` takes them.
     """
 
-    def __init__(self, *, hub: TurnHub, user: Any, conversation_id: uuid.UUID, turn_id: uuid.UUID, model: str,
-                 history: list[dict[str, Any]], context_window: int | None, tools: Any,
-                 client_factory: Callable[[], Any], system_prompt: str, policy: AgentPolicy) -> None:
+    def __init__(self, *, hub: TurnHub, user: Any, turn: TurnStart, user_message: dict[str, Any],
+                 conversation: dict[str, Any], model: str, history: list[dict[str, Any]], context_window: int | None,
+                 tools: Any, client_factory: Callable[[], Any], system_prompt: str, policy: AgentPolicy) -> None:
         self.hub = hub
         self.user = user
-        self.turn: TurnStart | None = None
-        """What the send saved (set by :meth:`bind`)."""
-        self.conversation_id: uuid.UUID = conversation_id
-        self._cid = str(conversation_id)
-        self.turn_id = str(turn_id)
+        self.turn: TurnStart = turn
+        """What the send saved."""
+        self.conversation_id: uuid.UUID = turn.conversation_id
+        self._cid = str(turn.conversation_id)
+        self.turn_id = str(turn.turn_id)
         self.model = model
-        self.user_message: dict[str, Any] = {}
-        self._conversation: dict[str, Any] | None = None
+        self.user_message = user_message
+        self._conversation = conversation
         self.signal = asyncio.Event()
         self.log = ReplayLog()
         self.finished = asyncio.Event()
         self.remote_followers: set[str] = set()
         self._history = history
-        self._context_window = context_window
         self._tools = tools
         self._client_factory = client_factory
         self._system_prompt = system_prompt
         self._policy = policy
-        self._recorder: TurnRecorder | None = None
-        self._message_id: int | None = None
-        self._bound = asyncio.Event()
-        self._abandoned = False
-        self._gate = asyncio.Event()
+        self._recorder = TurnRecorder(turn, context_window=context_window)
+        self._message_id: int | None = turn.assistant_message_id
         self._ended = False
         self._lost = False
         self._write_lock = asyncio.Lock()
         self._flush_wanted = asyncio.Event()
-        self._batcher = LayerBatcher(hub, conversation_id, self.turn_id) if hub.fanout else None
+        self._batcher = LayerBatcher(hub, turn.conversation_id, self.turn_id) if hub.fanout else None
         self._remote = ControlChannel(self)
         self._error: ErrorEvent | None = None
         self._meter = RoundMeter(history, system_prompt)
@@ -154,36 +147,11 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ control
     def start(self) -> asyncio.Task[None]:
-        """Start the task (strong reference kept by the hub): the model request goes out;
-        its events wait for :meth:`bind`."""
+        """Register with the hub (cancel, replay and snapshots find the turn from now on) and
+        start the task (strong reference kept by the hub)."""
+        self.hub.register(self)
         self.task = self.hub.spawn(self._main(), name=f"jxai-turn-{self.turn_id}")
         return self.task
-
-    def bind(self, turn: TurnStart, *, user_message: dict[str, Any], conversation: dict[str, Any] | None) -> None:
-        """The send committed: register with the hub (cancel, replay and snapshots find the
-        turn from now on) and let the task publish and write.
-
-        Args:
-            turn: what the send saved (its ``turn_id`` is this runner's).
-            user_message: the saved user message (protocol dict).
-            conversation: the conversation as the send saved it (protocol dict), announced
-                first without reading it again (``None``: read from the database).
-        """
-        assert str(turn.turn_id) == self.turn_id and turn.conversation_id == self.conversation_id
-        self.turn = turn
-        self.user_message = user_message
-        self._conversation = conversation
-        self._recorder = TurnRecorder(turn, context_window=self._context_window)
-        self._message_id = turn.assistant_message_id
-        self.hub.register(self)
-        self._bound.set()
-
-    def abandon(self) -> None:
-        """The send's transaction failed after the runner started: close the model request;
-        nothing is published or written."""
-        self._abandoned = True
-        self.signal.set()
-        self._bound.set()
 
     def cancel(self) -> None:
         """Stop: the model request closes within ~100 ms, the turn ends ``cancelled`` and its
@@ -197,7 +165,7 @@ class TurnRunner:
 
     def state(self, after_seq: int = 0) -> TurnState:
         """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
-        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message_id if self.turn else None,
+        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message_id,
                          last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self._ended)
 
     def follower_left(self) -> None:
@@ -282,29 +250,18 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the turn
     async def _main(self) -> None:
-        run = asyncio.ensure_future(self._run())  # the model request goes out now
-        try:
-            await self._bound.wait()
-        except asyncio.CancelledError:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            raise
-        if self._abandoned:
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
-            self.finished.set()
-            return
+        # The request's task is created first, so that its first step (building and sending
+        # the request) runs before the sockets' tasks encode and send the two frames below:
+        # they go out while the provider prepares its answer. The frames are published
+        # before this task first suspends, so they still come before any event.
+        run = asyncio.ensure_future(self._run())
         helpers: list[asyncio.Task[Any]] = []
         try:
             helpers = [asyncio.ensure_future(self._remote.serve()), asyncio.ensure_future(self._keep_flushed())]
             if self._batcher is not None:
                 self._batcher.start()
-            if self._conversation is not None:
-                self._announce(self._conversation)
-            else:
-                await self._publish_conversation()
+            self._announce(self._conversation)
             self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
-            self._gate.set()
             await asyncio.shield(run)
         except asyncio.CancelledError:
             self.signal.set()
@@ -328,8 +285,7 @@ class TurnRunner:
             self.hub.unregister(self)
 
     async def _run(self) -> None:
-        """The agent loop's events, applied in order. Until :meth:`bind`, round starts are
-        held and the first model event waits (so no tool runs for a turn not yet saved)."""
+        """The agent loop's events, applied in order."""
         client = self._client_factory()
         events = run_turn(client=client, tools=self._tools, history=self._history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
@@ -337,16 +293,8 @@ class TurnRunner:
         loop = asyncio.get_running_loop()
         yielded = loop.time()
         awaiting_output = True
-        held: list[Any] = []
         async with aclosing(events) as stream:
             async for event in stream:
-                if not self._gate.is_set():
-                    if isinstance(event, RoundStartEvent):
-                        held.append(event)
-                        continue
-                    await self._gate.wait()
-                while held:
-                    await self._apply(held.pop(0))
                 await self._apply(event)
                 # A network read can hold many events that the HTTP stack hands over without
                 # ever suspending, so the sockets' tasks would wait for the whole burst: let

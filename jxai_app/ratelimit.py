@@ -199,15 +199,24 @@ class Admission:
     prune: bool
     """True when rows older than the window exist (deleted by :meth:`take`)."""
 
-    def take(self) -> None:
-        """Record the admission (one INSERT; a DELETE first of the rows that left the window)."""
+    def take_queries(self) -> list[tuple[str, list[Any]]]:
+        """The statements that record the admission, to run in the deciding transaction,
+        alone (:meth:`take`) or with others (:func:`jxai_app.store.sql.fetch_together`): one
+        INSERT, after a DELETE of the rows that left the window; none when not counted."""
         from jxai_app.models import TurnAdmission
 
         if not self.counted:
-            return
+            return []
+        queries = []
         if self.prune:
-            sql.execute(_window_rows("prune"), [self.user_pk, sql.value(TurnAdmission, "at", self.now - WINDOW)])
-        sql.execute(_window_rows("add"), [self.user_pk, sql.save_value(TurnAdmission, "at", self.now)])
+            queries.append((_window_rows("prune"), [self.user_pk, sql.value(TurnAdmission, "at", self.now - WINDOW)]))
+        queries.append((_window_rows("add"), [self.user_pk, sql.save_value(TurnAdmission, "at", self.now)]))
+        return queries
+
+    def take(self) -> None:
+        """Record the admission (:meth:`take_queries`, one after the other)."""
+        for text, params in self.take_queries():
+            sql.execute(text, params)
 
 
 def admission_from(user: Any, now: datetime, results: list[list[tuple[Any, ...]]]) -> Admission:

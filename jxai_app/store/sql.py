@@ -28,8 +28,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, models
 
 __all__ = [
-    "column", "columns", "execute", "fetch_together", "insert", "instances", "locking", "name", "rows_to_instances",
-    "save_value", "statement", "table", "value",
+    "column", "columns", "execute", "fetch_together", "insert", "insert_statement", "instances", "locking", "name",
+    "rows_to_instances", "save_value", "set_keys", "statement", "table", "value",
 ]
 
 
@@ -187,17 +187,19 @@ def _insert(model: type[models.Model], count: int) -> str:
             f"VALUES {', '.join([marks] * count)} RETURNING {name(meta.auto_field.column)}")
 
 
-def insert(objects: Sequence[models.Model]) -> None:
-    """Save new instances of one model in one ``INSERT … RETURNING`` (what ``bulk_create``
-    does, without its query building) and set their primary keys.
+def insert_statement(objects: Sequence[models.Model]) -> tuple[str, list[Any]] | None:
+    """The ``INSERT … RETURNING`` of new instances of one model, to run alone or with other
+    statements (:func:`fetch_together`); pass its rows to :func:`set_keys`.
 
     Every concrete field but the auto primary key is written, its value taken as
     ``bulk_create`` takes it (``pre_save``: ``auto_now``/``auto_now_add`` stamp the
-    instance). Falls back to ``bulk_create`` where the database cannot return the new keys
-    or a value is an expression (a ``db_default``).
+    instance).
+
+    Returns:
+        ``(sql, params)``, or ``None`` where this cannot be done in one statement (no auto
+        primary key, a database that cannot return the new keys, a value that is an
+        expression such as a ``db_default``): then use :func:`insert`.
     """
-    if not objects:
-        return
     model = type(objects[0])
     meta = model._meta
     db = _db()
@@ -205,10 +207,28 @@ def insert(objects: Sequence[models.Model]) -> None:
     params = [f.get_db_prep_save(f.pre_save(obj, True), db) for obj in objects for f in fields]
     if (meta.auto_field is None or not db.features.can_return_rows_from_bulk_insert
             or any(hasattr(v, "as_sql") for v in params)):
-        model._default_manager.bulk_create(objects)
-        return
-    keys, _ = execute(_insert(model, len(objects)), params)
-    for obj, (key,) in zip(objects, keys, strict=True):
+        return None
+    return _insert(model, len(objects)), params
+
+
+def set_keys(objects: Sequence[models.Model], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Give the instances of :func:`insert_statement` the keys its rows returned (saved
+    instances from now on, as after ``save()``)."""
+    alias = _db().alias
+    for obj, (key,) in zip(objects, rows, strict=True):
         obj.pk = key
         obj._state.adding = False
-        obj._state.db = db.alias
+        obj._state.db = alias
+
+
+def insert(objects: Sequence[models.Model]) -> None:
+    """Save new instances of one model in one ``INSERT … RETURNING`` (what ``bulk_create``
+    does, without its query building) and set their primary keys; ``bulk_create`` where
+    :func:`insert_statement` cannot do it."""
+    if not objects:
+        return
+    prepared = insert_statement(objects)
+    if prepared is None:
+        type(objects[0])._default_manager.bulk_create(objects)
+        return
+    set_keys(objects, execute(*prepared)[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -124,26 +125,44 @@ def _history(conversation_id: uuid.UUID) -> History:
     return history_from(sql.fetch_together(history_queries(conversation_id)))
 
 
-def _claim(conversation_id: uuid.UUID, changes: dict[str, Any]) -> bool:
+def _claim_query(conversation_id: uuid.UUID, changes: dict[str, Any], *, returning: bool) -> tuple[str, list[Any]]:
     """The one-turn rule itself: ``UPDATE … SET changes WHERE id = … AND NOT status =
-    'streaming'`` (one hand-written statement). False when another send claimed the row
-    first (or it is gone)."""
+    'streaming'`` (one hand-written statement). It changes no row when another send claimed
+    the row first (or it is gone); with ``returning`` it then returns no row either."""
     params = [sql.save_value(Conversation, field, data) for field, data in changes.items()]
-    _, count = sql.execute(_claim_row(tuple(changes)), [*params, sql.value(Conversation, "id", conversation_id),
-                                                        ConversationStatus.STREAMING.value])
-    return count == 1
+    return _claim_row(tuple(changes), returning), [*params, sql.value(Conversation, "id", conversation_id),
+                                                   ConversationStatus.STREAMING.value]
 
 
 @sql.statement
-def _claim_row(fields: tuple[str, ...]) -> str:
+def _claim_row(fields: tuple[str, ...], returning: bool) -> str:
     assignments = ", ".join(f"{sql.column(Conversation, field)} = %s" for field in fields)
     return (f"UPDATE {sql.table(Conversation)} SET {assignments} WHERE {sql.column(Conversation, 'id')} = %s "
-            f"AND NOT ({sql.column(Conversation, 'status')} = %s)")
+            f"AND NOT ({sql.column(Conversation, 'status')} = %s)"
+            + (f" RETURNING {sql.column(Conversation, 'id')}" if returning else ""))
+
+
+def _write_turn(cid: uuid.UUID, changes: dict[str, Any], messages: list[Message],
+                also: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+    """The claim, the INSERT of ``messages`` and ``also``, in one round trip on PostgreSQL
+    (:func:`~jxai_app.store.sql.fetch_together`); False (and the caller rolls back) when the
+    claim changed no row."""
+    saving = sql.insert_statement(messages)
+    if saving is None:  # not one statement here: one after the other
+        if sql.execute(*_claim_query(cid, changes, returning=False))[1] != 1:
+            return False
+        sql.insert(messages)
+        sql.fetch_together(also)
+        return True
+    claimed, keys, *_ = sql.fetch_together([_claim_query(cid, changes, returning=True), saving, *also])
+    if claimed:
+        sql.set_keys(messages, keys)
+    return bool(claimed)
 
 
 def turn_open(
     *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
-    turn_id: uuid.UUID | None = None, history: History | None = None,
+    turn_id: uuid.UUID | None = None, history: History | None = None, also: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> TurnOpened:
     """Start a turn in ``conversation``: the send's writes plus the history read, with no
     read after them (CS-2; issue 4 "time to first token").
@@ -153,10 +172,11 @@ def turn_open(
     holds the write lock), so the row cannot change before this commits and the returned
     objects are what the database holds. Outside a transaction this opens one of its own.
 
-    Statements on the happy path: one SELECT of the messages (+ one of their calls when an
-    assistant message exists), the conditional UPDATE that claims the conversation (the
-    one-turn rule, across processes), one INSERT of the user message and the placeholder;
-    all but the calls' hand-written (:mod:`jxai_app.store.sql`).
+    Statements on the happy path: one SELECT of the messages and one of their calls (unless
+    ``history`` is given), then the conditional UPDATE that claims the conversation (the
+    one-turn rule, across processes) and one INSERT of the user message and the placeholder,
+    sent together with ``also`` (one round trip on PostgreSQL); all hand-written
+    (:mod:`jxai_app.store.sql`).
 
     Args:
         conversation: the conversation, read as above (it is updated in place).
@@ -166,6 +186,9 @@ def turn_open(
         turn_id: the new turn's id (default: a fresh ``uuid4``).
         history: the conversation's :class:`History`, read in this transaction after the
             lock (e.g. together with other statements); default: read here.
+        also: ``[(sql, params)]`` the caller's own writes for this send (e.g. the rate
+            limit's admission), run after the send's writes in the same round trip; their
+            rows are not returned.
 
     Raises:
         ProblemError: ``invalid-request`` (blank text), ``conflict`` while a live turn runs
@@ -192,13 +215,12 @@ def turn_open(
         }
         if model:
             changes["model"] = model
-        if not _claim(cid, changes):
+        placeholder = Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
+                              model=changes.get("model", conversation.model), status=MessageStatus.STREAMING)
+        if not _write_turn(cid, changes, [user_message, placeholder], also):
             raise _conflict()
         for name, value in changes.items():
             setattr(conversation, name, value)
-        placeholder = Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
-                              model=conversation.model, status=MessageStatus.STREAMING)
-        sql.insert([user_message, placeholder])
     turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
                      assistant_message_id=placeholder.pk, model=conversation.model)
     return TurnOpened(turn=turn, conversation=conversation, user_message=user_message, history=wire)

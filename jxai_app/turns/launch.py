@@ -127,7 +127,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
     2. Decide: not found, quota, rate limit, conflict are refused here (rolled back: nothing
        saved, the provider not contacted).
     3. Write: the claim, the user message and the placeholder (:func:`jxai_app.store.turn_open`)
-       and the admission, then commit.
+       and the admission, in one round trip on PostgreSQL, then commit.
     """
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
@@ -153,9 +153,8 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         rules = toolpolicy.rules_from(results[2 if admit else 0])
         tools = tool_view(user, model, rules)
         opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, history=history,
-                                 model=model.alias if model.alias != conversation.model else None)
-        if admission is not None:
-            admission.take()
+                                 model=model.alias if model.alias != conversation.model else None,
+                                 also=admission.take_queries() if admission is not None else ())
     return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),
                   user_message=message_dict(opened.user_message), created=created, model=model,
                   history=opened.history, tools=tools)

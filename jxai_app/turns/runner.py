@@ -150,6 +150,7 @@ class TurnRunner:
         """Register with the hub (cancel, replay and snapshots find the turn from now on) and
         start the task (strong reference kept by the hub)."""
         self.hub.register(self)
+        self.hub.starting(self)
         self.task = self.hub.spawn(self._main(), name=f"jxai-turn-{self.turn_id}")
         return self.task
 
@@ -201,13 +202,16 @@ class TurnRunner:
 
     def _announce(self, data: dict[str, Any]) -> None:
         """The turn's first ``conversation`` frame: to the followers at once; the notice to
-        the user's other sockets (a channel-layer round trip with Redis) runs beside the
-        model request instead of before it."""
+        the user's other sockets (a channel-layer round trip with Redis) once the model's
+        first output came, at most 50 ms later (:meth:`TurnHub.after_starts`), so that it
+        does not slow the request down."""
         frame = {"type": "conversation", "conversation": data}
         self._publish(frame)
-        self._first_notice = self.hub.spawn(
-            self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None)),
-            name=f"jxai-turn-notice-{self.turn_id}")
+        self._first_notice = self.hub.spawn(self._notify_first(frame), name=f"jxai-turn-notice-{self.turn_id}")
+
+    async def _notify_first(self, frame: dict[str, Any]) -> None:
+        await self.hub.after_starts()
+        await self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None))
 
     async def _publish_message(self, pk: int | None) -> None:
         if pk is None:
@@ -274,6 +278,7 @@ class TurnRunner:
             self.signal.set()
             await self._abort("error", exc)
         finally:
+            self.hub.started(self)
             self.finished.set()
             self._flush_wanted.set()
             if self._batcher is not None:
@@ -303,6 +308,7 @@ class TurnRunner:
                     awaiting_output = True
                 elif awaiting_output:
                     awaiting_output = False
+                    self.hub.started(self)
                     await _let_sockets_write()
                     yielded = loop.time()
                 elif loop.time() - yielded >= YIELD_INTERVAL_SECONDS:

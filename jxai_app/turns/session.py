@@ -270,10 +270,15 @@ class Session:
     def _sync_group_soon(self) -> None:
         """:meth:`_sync_group` beside the frames: after a send, the turn runs in this
         process and its frames come directly, so they need not wait for the layer's round
-        trip (a Redis ``SUBSCRIBE``); only frames of other workers need the group."""
-        task = asyncio.ensure_future(self._sync_group())
+        trip (a Redis ``SUBSCRIBE``); only frames of other workers need the group. It also
+        waits for this worker's starting model requests (:meth:`TurnHub.after_starts`)."""
+        task = asyncio.ensure_future(self._sync_group_later())
         self._group_syncs.add(task)
         task.add_done_callback(self._group_syncs.discard)
+
+    async def _sync_group_later(self) -> None:
+        await self.hub.after_starts()
+        await self._sync_group()
 
     async def _sync_group(self) -> None:
         """Make the socket's layer group membership match what it follows (one change at

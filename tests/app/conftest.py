@@ -36,7 +36,8 @@ class FakeClock:
 
 
 class WriteCounter:
-    """Counts INSERT/UPDATE/DELETE statements run on the default connection."""
+    """Counts INSERT/UPDATE/DELETE statements run on the default connection, each statement
+    of a batch sent in one round trip (``store.sql.fetch_together`` on PostgreSQL) apart."""
 
     _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
@@ -48,8 +49,7 @@ class WriteCounter:
         return len(self.statements)
 
     def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        if self._WRITE.match(sql):
-            self.statements.append(sql)
+        self.statements.extend(part for part in sql.split(";\n") if self._WRITE.match(part))
         return execute(sql, params, many, context)
 
 

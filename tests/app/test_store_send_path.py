@@ -107,3 +107,56 @@ def test_lock_owned_reads_what_get_owned_reads(user: Any, other_user: Any) -> No
         with pytest.raises(ProblemError) as caught:
             lock_owned(who, cid)
         assert caught.value.slug == "not-found"
+
+
+def test_turn_open_sends_its_writes_and_the_caller_s_in_one_round_trip_on_postgresql(user: Any) -> None:
+    """The claim, the two messages' INSERT and the caller's own writes (here the rate limit's
+    admission) go to PostgreSQL as one query; elsewhere one statement at a time. Either way
+    they all land, in the send's transaction."""
+    from django.db import connection
+
+    from jxai_app import ratelimit
+    from jxai_app.models import TurnAdmission
+
+    conversation = store.conversation_create(user=user, model="gpt-4o")
+    admission = ratelimit.Admission(user_pk=user.pk, now=ratelimit.now(), counted=True, prune=False)
+    sent: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with transaction.atomic():
+        locked = lock_owned(user, conversation.pk)
+        with connection.execute_wrapper(record):
+            opened = store.turn_open(conversation=locked, text="Hi", history=store.History(messages=[], calls={}),
+                                     also=admission.take_queries())
+
+    statements = [part.split(None, 1)[0].upper() for text in sent for part in text.split(";\n")]
+    assert statements == ["UPDATE", "INSERT", "INSERT"]
+    assert len(sent) == (1 if connection.vendor == "postgresql" else 3)
+    assert TurnAdmission.objects.filter(user=user).count() == 1
+    saved = Conversation.objects.get(pk=conversation.pk)
+    assert saved.status == ConversationStatus.STREAMING and saved.turn_id == opened.turn.turn_id
+    assert list(Message.objects.filter(conversation=conversation).order_by("position")
+                .values_list("pk", "role")) == [(opened.turn.user_message_id, "user"),
+                                                (opened.turn.assistant_message_id, "assistant")]
+
+
+def test_a_lost_claim_rolls_back_the_caller_s_writes_too(user: Any) -> None:
+    """When the claim changes no row (another send won), the messages and the admission sent
+    with it are rolled back with the refusal."""
+    from jxai_app import ratelimit
+    from jxai_app.models import TurnAdmission
+
+    conversation = store.conversation_create(user=user, model="gpt-4o")
+    admission = ratelimit.Admission(user_pk=user.pk, now=ratelimit.now(), counted=True, prune=False)
+    with pytest.raises(ProblemError) as refused:
+        with transaction.atomic():
+            locked = lock_owned(user, conversation.pk)
+            Conversation.objects.filter(pk=conversation.pk).update(status=ConversationStatus.STREAMING)
+            store.turn_open(conversation=locked, text="Hi", history=store.History(messages=[], calls={}),
+                            also=admission.take_queries())
+    assert refused.value.problem["type"].endswith("conflict")
+    assert TurnAdmission.objects.filter(user=user).count() == 0
+    assert Message.objects.filter(conversation=conversation).count() == 0

@@ -21,18 +21,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _watch_insert(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, *, then: Any = None) -> dict[str, Any]:
-    """Record, at the send's INSERT (its last write, in the database thread), whether the
-    provider had already received a request; then raise ``then`` if given."""
+    """Record, after the send's writes (in the database thread, before the commit), whether
+    the provider had already received a request; then raise ``then`` if given."""
     seen: dict[str, Any] = {}
-    real_insert = turn_store.sql.insert
+    real_write = turn_store._write_turn
 
-    def insert(rows: list[Any]) -> Any:
+    def write(*args: Any) -> bool:
+        claimed = real_write(*args)
         seen["request_before_commit"] = fake.request_received.wait(0.2)
         if then is not None:
             raise then
-        return real_insert(rows)
+        return claimed
 
-    monkeypatch.setattr(turn_store.sql, "insert", insert)
+    monkeypatch.setattr(turn_store, "_write_turn", write)
     return seen
 
 

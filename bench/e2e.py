@@ -16,6 +16,9 @@ Measures, in one run:
 
 Processes: the fake provider (its own process, so it does not compete with the clients for
 the GIL), one daphne worker (``project.asgi:application``), and this script (the clients).
+The provider closes each connection after its answer, so every request pays a TCP connect
+on both paths; ``--keep-alive`` makes it keep connections for the next request, as real
+providers do, and both clients then reuse theirs.
 The database is a scratch SQLite file unless ``DATABASE_URL`` is set; ``REDIS_URL`` selects
 the Redis layer as in production.
 
@@ -23,6 +26,7 @@ Usage::
 
     .venv/bin/python bench/e2e.py [--samples 100] [--deltas 500] [--streams 50,200,500]
                                   [--idle 1000] [--pace-ms 20] [--json FILE] [--latency-only]
+                                  [--keep-alive] [--pymalloc] [--probe]
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ writes = openai_text_stream(parts, usage={{"prompt_tokens": 20, "completion_toke
 
 def answer(request):
     paced = isinstance(request.json, dict) and request.json.get("model") == "paced"
-    return Script(writes=writes, delay={pace} if paced else 0.0)
+    return Script(writes=writes, delay={pace} if paced else 0.0, keep_alive={keep_alive})
 
 fake = FakeProvider(handler=answer)
 fake._server.socket.listen(4096)  # socketserver listens with a backlog of 5: SYN drops under load
@@ -379,6 +383,9 @@ def main() -> int:
     parser.add_argument("--pace-ms", type=float, default=20.0, help="delay between deltas in the load phase")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="measure part 1 only (no load rounds)")
+    parser.add_argument("--keep-alive", action="store_true",
+                        help="the fake provider keeps connections alive for the next request, as real providers "
+                             "do, and both clients reuse theirs (default: it closes each one after its answer)")
     parser.add_argument("--pymalloc", action="store_true",
                         help="run the worker with CPython's own allocator instead of PYTHONMALLOC=malloc")
     parser.add_argument("--probe", action="store_true",
@@ -388,7 +395,9 @@ def main() -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="jxai-bench-"))
     database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{scratch / 'bench.sqlite3'}"
-    provider = subprocess.Popen([sys.executable, "-c", PROVIDER_PROGRAM.format(root=str(ROOT), deltas=args.deltas, pace=args.pace_ms / 1000)],
+    program = PROVIDER_PROGRAM.format(root=str(ROOT), deltas=args.deltas, pace=args.pace_ms / 1000,
+                                      keep_alive=args.keep_alive)
+    provider = subprocess.Popen([sys.executable, "-c", program],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert provider.stdout is not None
     provider_url = provider.stdout.readline().decode().strip()
@@ -416,7 +425,8 @@ def main() -> int:
         layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
         print(f"jxai e2e bench: daphne pid {server.pid} ({env.get('PYTHONMALLOC') or 'pymalloc'}), "
               f"database {database_url.split(':')[0]}, layer {layer}, "
-              f"{args.deltas} deltas per answer, {os.cpu_count()} CPUs")
+              f"{args.deltas} deltas per answer, provider {'keeps' if args.keep_alive else 'closes'} "
+              f"connections, {os.cpu_count()} CPUs")
         report = asyncio.run(run(args, port, provider_url, server.pid))
         if args.probe:
             report["probe"] = print_probe(scratch / "probe.jsonl")

@@ -13,7 +13,7 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
     message_send(*, user, conversation_id, text, model=None, stale_after=30.0) -> TurnStart
     turn_open(*, conversation, text, model=None, stale_after=30.0, turn_id=None,
-              history=None) -> TurnOpened                                          (locked row)
+              history=None, also=()) -> TurnOpened                                          (locked row)
     history_queries(conversation_id) -> [(sql, params)]; history_from(rows) -> History
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None

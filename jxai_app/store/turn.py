@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -154,7 +154,12 @@ def _write_turn(cid: uuid.UUID, changes: dict[str, Any], messages: list[Message]
         sql.insert(messages)
         sql.fetch_together(also)
         return True
-    claimed, keys, *_ = sql.fetch_together([_claim_query(cid, changes, returning=True), saving, *also])
+    try:
+        claimed, keys, *_ = sql.fetch_together([_claim_query(cid, changes, returning=True), saving, *also])
+    except IntegrityError:
+        # The INSERT runs even when the claim changed no row; its positions are then taken
+        # by the send that won (the caller's lock makes this unreachable today).
+        return False
     if claimed:
         sql.set_keys(messages, keys)
     return bool(claimed)

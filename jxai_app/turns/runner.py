@@ -51,6 +51,7 @@ from jxai_app.problems import problem
 from jxai_app.serializers import conversation_dict, message_dict
 from jxai_app.store import TurnRecorder, TurnStart
 from jxai_app.store.wire import with_tool_calls
+from jxai_app.streaming.base import REQUEST_SENT
 from jxai_app.streaming.events import DoneEvent, ErrorEvent
 from jxai_app.tools import ToolContext
 from jxai_app.turns.batches import LayerBatcher
@@ -65,6 +66,9 @@ logger = logging.getLogger("jxai_app.turns")
 
 KEEPALIVE_TICK_SECONDS = 3.0
 """The recorder is asked to flush at least this often (it writes a heartbeat only when due)."""
+OPENING_AT_LATEST_SECONDS = 0.02
+"""The turn's opening frames (``conversation``, ``message_saved``) go out once the model
+request is written, or this long after the turn started, whichever comes first."""
 YIELD_INTERVAL_SECONDS = 0.002
 """Longest stretch the runner applies buffered events without letting other tasks (the
 sockets that send them) run."""
@@ -143,6 +147,9 @@ class TurnRunner:
         self._error: ErrorEvent | None = None
         self._meter = RoundMeter(history, system_prompt)
         self._first_notice: asyncio.Task[None] | None = None
+        self._opened = False
+        self._opening: asyncio.TimerHandle | None = None
+        self._held: RoundStartEvent | None = None
         self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ control
@@ -184,7 +191,30 @@ class TurnRunner:
         if self._batcher is not None:
             self._batcher.add(frame)
 
+    def _open(self) -> None:
+        """Publish the turn's opening frames, ``conversation`` (status streaming) then
+        ``message_saved`` of the user message, once: when the model request is written
+        (:data:`jxai_app.streaming.base.REQUEST_SENT`), at the latest after
+        ``OPENING_AT_LATEST_SECONDS``, and always before the turn's first event. The sockets
+        encode and send them while the provider prepares its answer, not in front of the
+        request (issue 4, time to first token)."""
+        if self._opened:
+            return
+        self._opened = True
+        if self._opening is not None:
+            self._opening.cancel()
+        self._announce(self._conversation)
+        self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
+        if self._held is not None:  # the first round's start, held by _run until now
+            held, self._held = self._held, None
+            self._round_started(held)
+
+    def _round_started(self, event: RoundStartEvent) -> None:
+        self._meter.start_round()
+        self._publish_event(event.to_dict())
+
     def _publish_event(self, event: dict[str, Any]) -> None:
+        self._open()
         seq = self.log.last_seq + 1
         self.log.append(seq, self._message_id, event)
         self._publish({"type": "events", "conversationId": self._cid, "turnId": self.turn_id,
@@ -254,18 +284,13 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the turn
     async def _main(self) -> None:
-        # The request's task is created first, so that its first step (building and sending
-        # the request) runs before the sockets' tasks encode and send the two frames below:
-        # they go out while the provider prepares its answer. The frames are published
-        # before this task first suspends, so they still come before any event.
         run = asyncio.ensure_future(self._run())
         helpers: list[asyncio.Task[Any]] = []
         try:
             helpers = [asyncio.ensure_future(self._remote.serve()), asyncio.ensure_future(self._keep_flushed())]
             if self._batcher is not None:
                 self._batcher.start()
-            self._announce(self._conversation)
-            self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
+            self._opening = asyncio.get_running_loop().call_later(OPENING_AT_LATEST_SECONDS, self._open)
             await asyncio.shield(run)
         except asyncio.CancelledError:
             self.signal.set()
@@ -278,6 +303,8 @@ class TurnRunner:
             self.signal.set()
             await self._abort("error", exc)
         finally:
+            if self._opening is not None:
+                self._opening.cancel()
             self.hub.started(self)
             self.finished.set()
             self._flush_wanted.set()
@@ -290,7 +317,10 @@ class TurnRunner:
             self.hub.unregister(self)
 
     async def _run(self) -> None:
-        """The agent loop's events, applied in order."""
+        """The agent loop's events, applied in order. The first round's start is held until
+        the opening frames go out (:meth:`_open` publishes it right after them), so that it
+        does not send them before the request."""
+        REQUEST_SENT.set(self._open)  # this task's context: the request's trace calls it
         client = self._client_factory()
         events = run_turn(client=client, tools=self._tools, history=self._history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
@@ -300,6 +330,11 @@ class TurnRunner:
         awaiting_output = True
         async with aclosing(events) as stream:
             async for event in stream:
+                if not self._opened and isinstance(event, RoundStartEvent) and event.round == 1:
+                    self._held = event
+                    continue
+                if not isinstance(event, RoundStartEvent):
+                    self.hub.started(self)  # output, or the turn's end: housekeeping may run
                 await self._apply(event)
                 # A network read can hold many events that the HTTP stack hands over without
                 # ever suspending, so the sockets' tasks would wait for the whole burst: let
@@ -308,7 +343,6 @@ class TurnRunner:
                     awaiting_output = True
                 elif awaiting_output:
                     awaiting_output = False
-                    self.hub.started(self)
                     await _let_sockets_write()
                     yielded = loop.time()
                 elif loop.time() - yielded >= YIELD_INTERVAL_SECONDS:
@@ -318,13 +352,12 @@ class TurnRunner:
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
-            self._meter.start_round()
             if event.round > 1 and not self._lost:
                 if not await self._write(recorder.begin_round):
                     self._mark_lost()
                 elif recorder.message_id is not None:
                     self._message_id = recorder.message_id
-            self._publish_event(event.to_dict())
+            self._round_started(event)
         elif isinstance(event, RoundEndEvent):
             self._publish_event(event.to_dict())
             if event.stop_reason not in ("cancelled", "error") and not self._lost:
@@ -401,6 +434,7 @@ class TurnRunner:
     async def _abort(self, outcome: str, exc: BaseException | None) -> None:
         """The task failed or was cancelled outside the loop's own flow: end the turn in the
         database and tell the sockets, unless ``turn_end`` already went out."""
+        self.hub.started(self)
         if self._ended:
             return
         try:

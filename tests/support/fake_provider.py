@@ -85,6 +85,8 @@ class Script:
             the body.
         content_length: with ``chunked=False``, announce this length instead of the real one
             (announce more than is sent to play a body cut short by a clean close).
+        keep_alive: keep the connection open for the client's next request after a complete
+            response, as real providers do (default: ``Connection: close``).
     """
 
     status: int = 200
@@ -98,6 +100,7 @@ class Script:
     stall_after: int | None = None
     close_abruptly: bool = False
     content_length: int | None = None
+    keep_alive: bool = False
 
 
 @dataclass
@@ -207,11 +210,14 @@ class FakeProvider:
                     outer.requests.append(request)
                 outer.request_received.set()
                 script = outer._next_script(request)
+                self.close_connection = True
                 try:
                     outer._play(self, script)
                 except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
                     outer.closed_by_client.set()
-                self.close_connection = True
+                    return
+                simple = not (script.hold or script.stall_after is not None or script.close_abruptly)
+                self.close_connection = not (script.keep_alive and simple)
 
         return _Handler
 
@@ -231,7 +237,8 @@ class FakeProvider:
         else:
             length = script.content_length
             h.send_header("Content-Length", str(sum(len(w.data) for w in writes) if length is None else length))
-        h.send_header("Connection", "close")
+        if not script.keep_alive:
+            h.send_header("Connection", "close")
         h.end_headers()
         h.wfile.flush()
         limit = len(writes) if script.stall_after is None else min(script.stall_after, len(writes))

@@ -5,6 +5,7 @@ Modules::
     hub.py      TurnHub: the worker's live runners, local followers, layer plumbing; get_hub()
     runner.py   TurnRunner: one turn as a task (seq numbering, replay log, store writes)
     batches.py  LayerBatcher: a turn's frames to the layer every 50 ms, merged
+    starts.py   StartingTurns: turns awaiting their first output; work that waits for them
     remote.py   ControlChannel: cancel, replay, follow from other workers
     log.py      ReplayLog: a running turn's events, compact, replayed exactly
     launch.py   start_turn: the send's transaction, then the runner and its model request

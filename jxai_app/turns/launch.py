@@ -131,7 +131,6 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
     """
     registry = conf.get_model_registry()
     requested = _resolve_model(alias)
-    turn_id = uuid.uuid4()
     now = ratelimit.now()
     tool_names = [defn.name for defn in conf.get_tool_registry().list()]
     with transaction.atomic():
@@ -152,7 +151,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
         admission = ratelimit.admission_from(user, now, results[:2]) if admit else None
         rules = toolpolicy.rules_from(results[2 if admit else 0])
         tools = tool_view(user, model, rules)
-        opened = store.turn_open(conversation=conversation, text=text, turn_id=turn_id, history=history,
+        opened = store.turn_open(conversation=conversation, text=text, history=history,
                                  model=model.alias if model.alias != conversation.model else None,
                                  also=admission.take_queries() if admission is not None else ())
     return _Begun(turn=opened.turn, conversation=conversation_dict(opened.conversation),

@@ -203,7 +203,11 @@ class TurnRunner:
         self._opened = True
         if self._opening is not None:
             self._opening.cancel()
-        self._announce(self._conversation)
+        frame = {"type": "conversation", "conversation": self._conversation}
+        self._publish(frame)
+        # the notice to the user's other sockets (a layer round trip with Redis) once the
+        # model's first output came, at most 50 ms later (StartingTurns.after)
+        self._first_notice = self.hub.spawn(self._notify_first(frame), name=f"jxai-turn-notice-{self.turn_id}")
         self._publish({"type": "message_saved", "conversationId": self._cid, "message": self.user_message})
         if self._held is not None:  # the first round's start, held by _run until now
             held, self._held = self._held, None
@@ -229,15 +233,6 @@ class TurnRunner:
             if self._first_notice is not None:  # the user's other tabs get the notices in order
                 await asyncio.gather(self._first_notice, return_exceptions=True)
             await self.hub.notify_user(self.conversation_id, frame, user_pk=getattr(self.user, "pk", None))
-
-    def _announce(self, data: dict[str, Any]) -> None:
-        """The turn's first ``conversation`` frame: to the followers at once; the notice to
-        the user's other sockets (a channel-layer round trip with Redis) once the model's
-        first output came, at most 50 ms later (:meth:`~jxai_app.turns.starts.StartingTurns.after`), so that it
-        does not slow the request down."""
-        frame = {"type": "conversation", "conversation": data}
-        self._publish(frame)
-        self._first_notice = self.hub.spawn(self._notify_first(frame), name=f"jxai-turn-notice-{self.turn_id}")
 
     async def _notify_first(self, frame: dict[str, Any]) -> None:
         await self.hub.starting.after()

@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 SCALEOUT_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 SCALEOUT_REDIS_URL ?= redis://127.0.0.1:6379/0
 
-.PHONY: run test test-embedded test-scaleout bench install
+.PHONY: run test typecheck test-embedded test-scaleout bench install
 
 $(VENV)/.installed-test: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ install: $(VENV)/.installed-test
 
 ## make test: the whole suite (with the [local] extra: the real local model runs too) on the embedded
 ## default, then on PostgreSQL + Redis.
-test: test-embedded test-scaleout
+test: typecheck test-embedded test-scaleout
+
+## The framework-free core is typed strictly (docs/architecture.md).
+typecheck: $(VENV)/.installed-test
+	$(PY) -m mypy --strict jxai_app/core
 
 test-embedded: $(VENV)/.installed-local
 	$(PY) -m pytest

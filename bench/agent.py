@@ -1,7 +1,7 @@
 """The agent loop's own overhead per round, next to a bare loop over the same events.
 
 A scripted client streams N ``delta`` events plus one tool call per round; the tool does
-nothing. The *loop* figure runs ``jxai_app.agent.run_turn`` for R tool rounds (then the
+nothing. The *loop* figure runs ``jxai_app.core.agent.run_turn`` for R tool rounds (then the
 budget ends the turn); the *bare* figure iterates the very same client streams and calls the
 same tool directly, keeping only the text — what any caller would pay anyway. The ratio and
 the difference per round are the loop's cost: repair, message assembly, events, tasks.
@@ -21,8 +21,8 @@ from typing import Any, AsyncIterator, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jxai_app.agent import AgentPolicy, run_turn  # noqa: E402
-from jxai_app.streaming.events import (  # noqa: E402
+from jxai_app.core.agent import AgentPolicy, run_turn  # noqa: E402
+from jxai_app.core.streaming.events import (  # noqa: E402
     DeltaEvent, DoneEvent, StreamEvent, ToolCallDeltaEvent, ToolCallEndEvent, ToolCallStartEvent, UsageEvent,
 )
 

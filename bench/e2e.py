@@ -248,7 +248,7 @@ class Sampler:
 
 async def settle_rss(pid: int, seconds: float = 12.0, probe: bool = False) -> int:
     """The worker's RSS after ``seconds`` of rest (KiB): long enough for the worker's idle
-    return of free memory (jxai_app.memory: 1 s after the last turn, at most every 10 s);
+    return of free memory (jxai_app.ops.memory: 1 s after the last turn, at most every 10 s);
     with ``probe``, it also writes a probe line (bench/worker_probe.py)."""
     await asyncio.sleep(seconds)
     if probe:
@@ -410,7 +410,7 @@ def main() -> int:
                              "paced": {"provider": "fake", "model_id": "paced", "context_window": 1_000_000}}}
         # the production profile (DEBUG off: no query log growing in memory), limits out of the way
         # the worker as `make run` and the README start it: glibc's allocator, so that free
-        # memory can go back after a burst (jxai_app.memory); --pymalloc to compare
+        # memory can go back after a burst (jxai_app.ops.memory); --pymalloc to compare
         worker_malloc = {} if args.pymalloc else {"PYTHONMALLOC": "malloc"}
         env = dict(os.environ, **worker_malloc, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models),
                    DJANGO_DEBUG="0", DJANGO_LOG_LEVEL="WARNING",

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 from httpx_sse import aconnect_sse  # noqa: E402
 
-from jxai_app.streaming import OpenAIChatClient  # noqa: E402
+from jxai_app.core.streaming import OpenAIChatClient  # noqa: E402
 
 URL = "http://bench.test/v1"
 READ = 16 * 1024

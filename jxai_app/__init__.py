@@ -1,6 +1,4 @@
-"""jxai: a Django app hosting a multi-user LLM assistant.
+"""jxai: a Django app hosting a multi-user LLM assistant (the package map: ``docs/architecture.md``).
 
-Kept empty on purpose: the core (``jxai_app.streaming``, ``jxai_app.tools``,
-``jxai_app.agent``, ``jxai_app.problems``, ``jxai_app.errors``) imports without Django
-settings (STYLE.md guard test).
+Kept empty on purpose: :mod:`jxai_app.core` must import without Django settings.
 """

@@ -26,7 +26,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app import toolpolicy
+from jxai_app.policy import toolpolicy
 from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
@@ -258,7 +258,7 @@ class ToolPolicyAdmin(admin.ModelAdmin):
     def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
         """Every tool of the registry: name, description, pretty parameters schema, strict,
         llm_strict, effective timeout, and who may use it — the rule of
-        :mod:`jxai_app.toolpolicy`, the same one that decides what a turn offers."""
+        :mod:`jxai_app.policy.toolpolicy`, the same one that decides what a turn offers."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use

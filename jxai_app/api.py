@@ -1,7 +1,7 @@
 """The HTTP API: ``POST /ai/chat`` (SSE), ``GET /ai/models``, ``/problems/<slug>`` (SPEC §3, §7).
 
-Thin: the rules live in :mod:`jxai_app.gateway` (pipeline), :mod:`jxai_app.authn` (tokens,
-session, CSRF), :mod:`jxai_app.ratelimit` (limits) and :mod:`jxai_app.ssrf` (caller URLs).
+Thin: the rules live in :mod:`jxai_app.core.gateway` (pipeline), :mod:`jxai_app.web.authn` (tokens,
+session, CSRF), :mod:`jxai_app.policy.ratelimit` (limits) and :mod:`jxai_app.core.ssrf` (caller URLs).
 Refusals before the stream are ``application/problem+json`` at the problem's status with the
 PB-3 body (``…problem, error: <detail>``) and, for 429, a ``Retry-After`` header.
 
@@ -19,10 +19,18 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, Stream
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 
-from jxai_app import authn, conf, gateway, ratelimit, ssrf
-from jxai_app.errors import ConfigurationError, ProblemError
-from jxai_app.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPES, problem, problem_body, type_uri
-from jxai_app.streaming.retry import RetryPolicy
+from jxai_app import conf
+
+from jxai_app.web import authn
+
+from jxai_app.core import gateway
+
+from jxai_app.policy import ratelimit
+
+from jxai_app.core import ssrf
+from jxai_app.core.errors import ConfigurationError, ProblemError
+from jxai_app.core.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPES, problem, problem_body, type_uri
+from jxai_app.core.streaming.retry import RetryPolicy
 
 __all__ = ["chat", "models", "problem_index", "problem_page", "problem_response"]
 
@@ -56,7 +64,7 @@ def _method_not_allowed(*allowed: str) -> HttpResponse:
 
 
 async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gateway.SelectedUpstream]:
-    """Run the checks in order (module :mod:`jxai_app.gateway`); raise the first refusal."""
+    """Run the checks in order (module :mod:`jxai_app.core.gateway`); raise the first refusal."""
     principal = await authn.authenticate(request)
     caller = await gateway.resolve_upstream(
         base_url=request.headers.get("X-Api-Base-URL"), provider_key=request.headers.get("X-Provider-Api-Key"),
@@ -84,7 +92,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
     """``POST /ai/chat``: the normalised event stream for the caller's history (SPEC §7).
 
     Answers ``200 text/event-stream`` with ``data: <event JSON>\\n\\n`` frames, or a problem
-    (see :mod:`jxai_app.gateway` for the order of the checks).
+    (see :mod:`jxai_app.core.gateway` for the order of the checks).
     """
     if request.method != "POST":
         return _method_not_allowed("POST")

@@ -7,7 +7,7 @@ never stored in settings, logs or pages.
 
 Model registry sources, first match wins (SPEC §7 "Models and providers"):
 
-1. ``JXAI_MODELS_JSON``: the registry dict as JSON text (see :mod:`jxai_app.providers`);
+1. ``JXAI_MODELS_JSON``: the registry dict as JSON text (see :mod:`jxai_app.core.providers`);
 2. ``JXAI_MODELS_FILE``: a path to a JSON file holding that dict;
 3. ``OPENAI_API_KEY`` (+ ``OPENAI_BASE_URL``, ``JXAI_MODEL``, ``JXAI_CONTEXT_WINDOW``) and/or
    ``ANTHROPIC_API_KEY`` (+ ``ANTHROPIC_BASE_URL``, ``JXAI_ANTHROPIC_MODEL``);
@@ -29,12 +29,12 @@ from typing import Any, Mapping
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from jxai_app.agent import AgentPolicy
-from jxai_app.errors import ConfigurationError
-from jxai_app.providers import ModelRegistry
-from jxai_app.streaming import ClientTimeouts
-from jxai_app.streaming.pool import shared_pool
-from jxai_app.tools import ToolRegistry, default_registry
+from jxai_app.core.agent import AgentPolicy
+from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.providers import ModelRegistry
+from jxai_app.core.streaming import ClientTimeouts
+from jxai_app.core.streaming.pool import shared_pool
+from jxai_app.core.tools import ToolRegistry, default_registry
 
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL_ALIAS = "gemma-3-270m"
@@ -54,7 +54,7 @@ def uses_local_model(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Build the model registry dict (``jxai_app.providers`` format) from the environment.
+    """Build the model registry dict (``jxai_app.core.providers`` format) from the environment.
 
     Raises:
         ConfigurationError: ``JXAI_MODELS_JSON`` is not JSON, or ``JXAI_MODELS_FILE`` is
@@ -130,7 +130,7 @@ def get_client_timeouts() -> ClientTimeouts:
 def build_client(alias: str | None, *, transport: Any = None) -> Any:
     """A streaming client for model ``alias`` (``None``: the default role). Without a
     ``transport`` it sends through the process's shared, kept-alive connections
-    (:func:`jxai_app.streaming.pool.shared_pool`: no new TCP/TLS handshake per request).
+    (:func:`jxai_app.core.streaming.pool.shared_pool`: no new TCP/TLS handshake per request).
 
     Raises:
         UnknownModelError: the alias is not configured.
@@ -159,7 +159,7 @@ def get_system_prompt() -> str:
 def _search_and_close(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
     from django.db import connections
 
-    from jxai_app.dbsync import close_stale_connections
+    from jxai_app.store.dbsync import close_stale_connections
     from jxai_app.store import (
         conversation_search,  # Django layer, imported on first use
     )

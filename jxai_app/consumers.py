@@ -35,8 +35,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from jxai_app import conf
-from jxai_app.errors import ProblemError
-from jxai_app.problems import problem
+from jxai_app.core.errors import ProblemError
+from jxai_app.core.problems import problem
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
 from jxai_app.turns.names import user_group
 from jxai_app.turns.login import still_signed_in

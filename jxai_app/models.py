@@ -4,10 +4,10 @@
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
     ApiToken        hashed jxai API tokens (SPEC §7, SSE endpoint)
-    ToolPolicy      per-tool gate edited in admin (issue 6; rules in jxai_app.toolpolicy)
+    ToolPolicy      per-tool gate edited in admin (issue 6; rules in jxai_app.policy.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas (issue 6)
-    UsageLedger     tokens and provider requests per user and UTC day (issue 6; jxai_app.usage)
-    TurnAdmission   turns admitted in the last minute, per user (issue 6; jxai_app.ratelimit)
+    UsageLedger     tokens and provider requests per user and UTC day (issue 6; jxai_app.policy.usage)
+    TurnAdmission   turns admitted in the last minute, per user (issue 6; jxai_app.policy.ratelimit)
 
 The chat store's rules (CS-1 … CS-32) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -247,7 +247,7 @@ class ApiToken(models.Model):
 class ToolPolicy(models.Model):
     """Who may use a registered tool and within what limits (issue 6; edited in admin).
 
-    The rules that read these rows live in :mod:`jxai_app.toolpolicy` (offered tools per
+    The rules that read these rows live in :mod:`jxai_app.policy.toolpolicy` (offered tools per
     user and turn, and the admin's "who may use it"). A tool without a row follows the
     setting ``JXAI_TOOLS_DEFAULT_ALLOWED``.
     """
@@ -283,7 +283,7 @@ _LIMIT_HELP = "Empty = the settings' default ({setting}); 0 = unlimited."
 
 class UserLimits(models.Model):
     """Per-user overrides of the rate limit and quota settings (issue 6). ``None`` (empty in
-    admin) = the settings' default; ``0`` = unlimited (:mod:`jxai_app.ratelimit`)."""
+    admin) = the settings' default; ``0`` = unlimited (:mod:`jxai_app.policy.ratelimit`)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_limits")
     """The user these limits apply to."""
@@ -307,7 +307,7 @@ class UserLimits(models.Model):
 class UsageLedger(models.Model):
     """Tokens and provider requests of one user on one UTC day (issue 6 item 3).
 
-    Written only by :func:`jxai_app.usage.ledger_add` with ``F()`` increments (race-free
+    Written only by :func:`jxai_app.policy.usage.ledger_add` with ``F()`` increments (race-free
     upsert); the daily token quota reads it, so the figure holds across worker processes and
     restarts. ``input_tokens`` and ``output_tokens`` include estimated counts;
     ``estimated_tokens`` says how many of them were estimated because the provider sent no
@@ -349,7 +349,7 @@ class UsageLedger(models.Model):
 class TurnAdmission(models.Model):
     """One turn admitted by the per-minute rate limit (issue 6 item 3).
 
-    :func:`jxai_app.ratelimit.check_turn_allowed` counts a user's rows of the last 60 s and
+    :func:`jxai_app.policy.ratelimit.check_turn_allowed` counts a user's rows of the last 60 s and
     adds one, in a transaction serialised per user, then drops rows older than the window;
     the table holds at most a minute of turns per user.
     """

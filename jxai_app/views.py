@@ -18,8 +18,8 @@ from django.views.decorators.http import require_safe
 
 from jxai_app import store
 from jxai_app.conf import get_limits, get_model_registry
-from jxai_app.errors import ConfigurationError, ProblemError
-from jxai_app.serializers import conversation_dict, conversation_dicts
+from jxai_app.core.errors import ConfigurationError, ProblemError
+from jxai_app.store.serializers import conversation_dict, conversation_dicts
 
 __all__ = ["chat"]
 

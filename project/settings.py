@@ -82,7 +82,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "jxai_app.csp.ContentSecurityPolicyMiddleware",
+    "jxai_app.web.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -177,11 +177,11 @@ if not DEBUG:
 
 # Every handler gets the redaction filter: no credential (Authorization / x-api-key header
 # values, Bearer tokens, sk-… keys, values of *_KEY/*_TOKEN/*_SECRET variables) reaches the
-# log, even with DJANGO_LOG_LEVEL=DEBUG and httpx/httpcore tracing (jxai_app.logsafety).
+# log, even with DJANGO_LOG_LEVEL=DEBUG and httpx/httpcore tracing (jxai_app.core.logsafety).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact_secrets": {"()": "jxai_app.logsafety.RedactSecretsFilter"}},
+    "filters": {"redact_secrets": {"()": "jxai_app.core.logsafety.RedactSecretsFilter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["redact_secrets"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "INFO")},
 }
@@ -190,7 +190,7 @@ LOGGING = {
 JXAI_CANCEL_ON_DISCONNECT = env_bool("JXAI_CANCEL_ON_DISCONNECT", False)
 JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
 # A tool without a ToolPolicy row is offered to every user when on; off makes every tool
-# opt-in through a policy row edited in admin (jxai_app.toolpolicy).
+# opt-in through a policy row edited in admin (jxai_app.policy.toolpolicy).
 JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider

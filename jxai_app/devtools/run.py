@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from jxai_app.localmodel import (
+from jxai_app.ops.localmodel import (
     DEFAULT_HOST, DEFAULT_N_CTX, DEFAULT_PORT, PROJECT_DIR, LocalModelError, LocalModelServer,
     app_environment, ensure_model, local_model_needed, spawn_child, stop_child, supervise,
 )
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             say("a provider is configured: not starting the embedded model")
         argv_daphne = [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "project.asgi:application"]
-        env.setdefault("PYTHONMALLOC", "malloc")  # free memory goes back after a burst (jxai_app.memory)
+        env.setdefault("PYTHONMALLOC", "malloc")  # free memory goes back after a burst (jxai_app.ops.memory)
         daphne = spawn_child(argv_daphne, env=env)
         children.append(("daphne", daphne))
         if not wait_for_tcp(args.host, args.port, daphne):

@@ -12,9 +12,9 @@ from typing import Any, Final
 
 from django.db.models import Max, QuerySet
 
-from jxai_app.errors import ProblemError
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, Message
-from jxai_app.problems import problem_error
+from jxai_app.core.problems import problem_error
 from jxai_app.store import sql
 
 FLUSH_INTERVAL_SECONDS: Final[float] = 2.0

@@ -55,7 +55,7 @@ from jxai_app.store.common import next_position
 from jxai_app.store.recorder_stream import RecorderStream
 from jxai_app.store.turn import tool_result_insert
 from jxai_app.store.usage import context_tokens, usage_estimate, usage_from
-from jxai_app.streaming.events import UsageEvent
+from jxai_app.core.streaming.events import UsageEvent
 
 __all__ = ["RecorderStream", "TurnRecorder"]
 

@@ -28,7 +28,7 @@ from jxai_app.store.buffer import RoundBuffer
 from jxai_app.store.common import FLUSH_INTERVAL_SECONDS, KEEPALIVE_INTERVAL_SECONDS
 from jxai_app.store.turn import TurnStart
 from jxai_app.store.usage import context_warning
-from jxai_app.streaming.events import (
+from jxai_app.core.streaming.events import (
     DeltaEvent,
     ReasoningEvent,
     StreamEvent,

@@ -27,7 +27,7 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
-from jxai_app.problems import problem_error
+from jxai_app.core.problems import problem_error
 from jxai_app.store import sql
 from jxai_app.store.common import (
     STALE_AFTER_SECONDS,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final, Mapping
 
-from jxai_app.streaming.events import UsageEvent
+from jxai_app.core.streaming.events import UsageEvent
 
 CHARS_PER_TOKEN: Final[int] = 4
 """Rough characters per token for estimates (OpenAI's rule of thumb for English text)."""

@@ -16,10 +16,12 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from jxai_app import ratelimit, store
+from jxai_app import store
+
+from jxai_app.policy import ratelimit
 from jxai_app.models import ConversationStatus
-from jxai_app.problems import problem_error
-from jxai_app.serializers import conversation_dict
+from jxai_app.core.problems import problem_error
+from jxai_app.store.serializers import conversation_dict
 from jxai_app.store.common import get_owned, parse_id
 from jxai_app.turns import names
 from jxai_app.turns.hub import TurnHub, get_hub
@@ -41,7 +43,7 @@ def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | Non
 
 def _snapshot_frame(user: Any, conversation_id: uuid.UUID) -> dict[str, Any]:
     conversation, messages = store.message_list(user=user, conversation_id=conversation_id)
-    from jxai_app.serializers import message_dicts
+    from jxai_app.store.serializers import message_dicts
 
     return {"type": "snapshot", "conversationId": str(conversation.pk), "conversation": conversation_dict(conversation),
             "messages": message_dicts(messages), "turn": None}

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app.memory import (
+from jxai_app.ops.memory import (
     IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, trim_available,
 )
 from jxai_app.turns import names
@@ -111,7 +111,7 @@ class TurnHub:
         fanout: send frames and control messages through the layer; ``None``: only when
             the layer can reach other processes (not Channels' in-memory layer).
         idle_trim: seconds without a running turn before free memory is returned to the
-            system (:func:`jxai_app.memory.release_free_memory`); ``None``: never.
+            system (:func:`jxai_app.ops.memory.release_free_memory`); ``None``: never.
     """
 
     def __init__(self, *, layer_alias: str = "default", worker_id: str | None = None,
@@ -136,7 +136,7 @@ class TurnHub:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.idle_trim = idle_trim if trim_available() else None
         """Seconds without a running turn before the worker's free memory is returned
-        (:mod:`jxai_app.memory`); ``None``: never."""
+        (:mod:`jxai_app.ops.memory`); ``None``: never."""
         self._trim_task: asyncio.Task[None] | None = None
         self._last_trim = float("-inf")
         self.starting = StartingTurns()
@@ -162,7 +162,7 @@ class TurnHub:
 
     def unregister(self, runner: TurnRunner) -> None:
         """Forget ``runner`` (only if it is still the registered one). The last one to go
-        schedules the return of free memory (:mod:`jxai_app.memory`)."""
+        schedules the return of free memory (:mod:`jxai_app.ops.memory`)."""
         if self._runners.get(runner.conversation_id) is runner:
             del self._runners[runner.conversation_id]
         self._trim_soon()
@@ -179,7 +179,7 @@ class TurnHub:
         self._trim_task = loop.create_task(self._trim_when_idle(self.idle_trim))
 
     async def _trim_when_idle(self, delay: float) -> None:
-        """After ``delay`` seconds (and at least :data:`~jxai_app.memory.TRIM_INTERVAL_SECONDS`
+        """After ``delay`` seconds (and at least :data:`~jxai_app.ops.memory.TRIM_INTERVAL_SECONDS`
         after the last time), with no turn running here, collect garbage and return free
         memory (the trim in a thread: it walks the heap). Not one of the hub's tasks:
         ``wait_idle`` ignores it."""

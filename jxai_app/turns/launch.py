@@ -25,15 +25,19 @@ from typing import Any, Callable, Protocol
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from jxai_app import conf, ratelimit, store, toolpolicy
-from jxai_app.errors import UnknownModelError
-from jxai_app.problems import problem_error
-from jxai_app.providers import ModelConfig
-from jxai_app.serializers import conversation_dict, message_dict
+from jxai_app import conf, store
+
+from jxai_app.policy import ratelimit
+
+from jxai_app.policy import toolpolicy
+from jxai_app.core.errors import UnknownModelError
+from jxai_app.core.problems import problem_error
+from jxai_app.core.providers import ModelConfig
+from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.store import sql
 from jxai_app.store.common import lock_owned_query, locked_from, parse_id
-from jxai_app.streaming.events import ErrorEvent
-from jxai_app.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.streaming.events import ErrorEvent
+from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.turns.hub import Follower, TurnHub, get_hub
 from jxai_app.turns.runner import TurnRunner
 
@@ -84,7 +88,7 @@ def tool_view(user: Any, model: ModelConfig, rules: dict[str, Any] | None = None
     per-turn caps.
 
     Returns:
-        :func:`jxai_app.toolpolicy.tool_view_for` over the deployment's registry: only the
+        :func:`jxai_app.policy.toolpolicy.tool_view_for` over the deployment's registry: only the
         tools the user's policies allow (none when the model has no tool support); a tool
         the model names without it being offered gets a failed "not available" result.
     """
@@ -101,7 +105,7 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
 
 def client_factory(alias: str) -> Callable[[], Any]:
     """Builds model ``alias``'s streaming client for a turn, wrapped in a
-    :class:`~jxai_app.streaming.retry.RetryingClient`: a 429/5xx before any output is
+    :class:`~jxai_app.core.streaming.retry.RetryingClient`: a 429/5xx before any output is
     retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began
     (issue 6 item 7)."""
     policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
@@ -122,7 +126,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, *, adm
 
     1. Read, in one round trip on PostgreSQL (:func:`jxai_app.store.sql.fetch_together`):
        the conversation's row, locked (or create the conversation when asked), the user's
-       standing and admissions (``admit``: quota and rate limit, :mod:`jxai_app.ratelimit`),
+       standing and admissions (``admit``: quota and rate limit, :mod:`jxai_app.policy.ratelimit`),
        the tools' policy rows and the history.
     2. Decide: not found, quota, rate limit, conflict are refused here (rolled back: nothing
        saved, the provider not contacted).

@@ -3,7 +3,7 @@
 A :class:`RoundMeter` watches one turn's events: per round it keeps the provider's
 ``usage`` event and counts the characters the model produced; at the round's end the
 runner calls :meth:`RoundMeter.record`, which adds the round's tokens to the user's
-:class:`~jxai_app.models.UsageLedger` row (:func:`jxai_app.ratelimit.arecord_usage`):
+:class:`~jxai_app.models.UsageLedger` row (:func:`jxai_app.policy.ratelimit.arecord_usage`):
 
 - the provider's usage when it sent a valid one (CS-25 rules, :func:`~jxai_app.store.usage.usage_from`);
 - otherwise an estimate marked ``estimated`` (llama.cpp sends none): the request's size
@@ -18,9 +18,9 @@ import json
 import logging
 from typing import Any
 
-from jxai_app import ratelimit
+from jxai_app.policy import ratelimit
 from jxai_app.store.usage import usage_estimate, usage_from
-from jxai_app.streaming.events import DeltaEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
+from jxai_app.core.streaming.events import DeltaEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
 
 __all__ = ["RoundMeter", "estimate_tokens"]
 

@@ -1,7 +1,7 @@
 """One running turn: the agent loop → the store → every socket (issue 4 item 2; SPEC §5–§7).
 
 A :class:`TurnRunner` is a task owned by the worker process, not by a connection. It runs
-:func:`jxai_app.agent.run_turn` and, for every event:
+:func:`jxai_app.core.agent.run_turn` and, for every event:
 
 1. numbers it (``seq`` 1, 2, 3 … per turn) with the id of the assistant message it belongs
    to, and appends it to the turn's :class:`~jxai_app.turns.log.ReplayLog`;
@@ -43,17 +43,17 @@ from typing import Any, Callable
 from channels.db import database_sync_to_async
 
 from jxai_app import conf
-from jxai_app.agent import (
+from jxai_app.core.agent import (
     AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
 )
 from jxai_app.models import Conversation, Message
-from jxai_app.problems import problem
-from jxai_app.serializers import conversation_dict, message_dict
+from jxai_app.core.problems import problem
+from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.store import TurnRecorder, TurnStart
 from jxai_app.store.wire import with_tool_calls
-from jxai_app.streaming.base import REQUEST_SENT
-from jxai_app.streaming.events import DoneEvent, ErrorEvent
-from jxai_app.tools import ToolContext
+from jxai_app.core.streaming.base import REQUEST_SENT
+from jxai_app.core.streaming.events import DoneEvent, ErrorEvent
+from jxai_app.core.tools import ToolContext
 from jxai_app.turns.batches import LayerBatcher
 from jxai_app.turns.hub import TurnHub, TurnState
 from jxai_app.turns.log import ReplayLog
@@ -194,7 +194,7 @@ class TurnRunner:
     def _open(self) -> None:
         """Publish the turn's opening frames, ``conversation`` (status streaming) then
         ``message_saved`` of the user message, once: when the model request is written
-        (:data:`jxai_app.streaming.base.REQUEST_SENT`), at the latest after
+        (:data:`jxai_app.core.streaming.base.REQUEST_SENT`), at the latest after
         ``OPENING_AT_LATEST_SECONDS``, and always before the turn's first event. The sockets
         encode and send them while the provider prepares its answer, not in front of the
         request (issue 4, time to first token)."""

@@ -34,10 +34,10 @@ from channels.db import database_sync_to_async
 from django.db.models import Q
 
 from jxai_app import conf, store
-from jxai_app.errors import ProblemError
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import ConversationStatus
-from jxai_app.problems import problem, problem_error
-from jxai_app.serializers import conversation_dict, conversation_dicts, message_dicts
+from jxai_app.core.problems import problem, problem_error
+from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
 from jxai_app.store.common import get_owned
 from jxai_app.turns import control, names
 from jxai_app.turns.hub import TurnHub

@@ -100,9 +100,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def wall_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    """``jxai_app.ratelimit.clock`` (Unix seconds) frozen at :data:`NOON` for the test."""
+    """``jxai_app.policy.ratelimit.clock`` (Unix seconds) frozen at :data:`NOON` for the test."""
     fixed = FakeClock(NOON)
-    monkeypatch.setattr("jxai_app.ratelimit.clock", fixed)
+    monkeypatch.setattr("jxai_app.policy.ratelimit.clock", fixed)
     return fixed
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from jxai_app import store
 from jxai_app.models import Conversation, Message
-from jxai_app.problems import problem
+from jxai_app.core.problems import problem
 from tests.app.conftest import FakeClock
 
 STEP_SECONDS = 0.5

@@ -14,8 +14,12 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.asgi import get_asgi_application
 
-from jxai_app import conf, gateway, ratelimit
-from jxai_app.streaming.retry import RetryPolicy
+from jxai_app import conf
+
+from jxai_app.core import gateway
+
+from jxai_app.policy import ratelimit
+from jxai_app.core.streaming.retry import RetryPolicy
 from tests.app.apisupport import fake, token  # noqa: F401
 from tests.support.fake_provider import FakeProvider, Script, openai_chunk
 

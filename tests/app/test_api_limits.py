@@ -9,8 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
-from jxai_app import ratelimit
-from jxai_app.errors import ProblemError
+from jxai_app.policy import ratelimit
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import UserLimits
 from tests.app.apisupport import bearer, fake, frames, post_chat, problem_of, read_all, token  # noqa: F401
 from tests.app.conftest import FakeClock

@@ -9,7 +9,7 @@ import pytest
 from django.test import AsyncClient, Client
 
 from jxai_app import conf
-from jxai_app.problems import PROBLEM_TYPES
+from jxai_app.core.problems import PROBLEM_TYPES
 from tests.app.apisupport import SENTINEL_KEY, fake  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 

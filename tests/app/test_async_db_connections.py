@@ -7,9 +7,9 @@ PostgreSQL such a session keeps the test database from being dropped at the end 
 the async code runs (the ``connection_created`` signal), then checks that each one is closed
 and, on PostgreSQL, that its server process has left ``pg_stat_activity``.
 
-The API token paths go through :mod:`jxai_app.authn` and :mod:`jxai_app.ratelimit`; the
+The API token paths go through :mod:`jxai_app.web.authn` and :mod:`jxai_app.policy.ratelimit`; the
 ``search_conversations`` tool through the search :mod:`jxai_app.conf` injects. The last tests
-check the other side of :mod:`jxai_app.dbsync`: a caller's connection inside a transaction
+check the other side of :mod:`jxai_app.store.dbsync`: a caller's connection inside a transaction
 is never closed under it.
 """
 
@@ -29,9 +29,11 @@ from django.db import connection, connections
 from django.db.backends.signals import connection_created
 from django.test import AsyncClient, Client
 
-from jxai_app import conf, ratelimit, store
-from jxai_app.authn import user_for_token
-from jxai_app.tools import ToolContext
+from jxai_app import conf, store
+
+from jxai_app.policy import ratelimit
+from jxai_app.web.authn import user_for_token
+from jxai_app.core.tools import ToolContext
 from tests.app.apisupport import bearer, fake, frames, post_chat, problem_of, read_all, token  # noqa: F401
 from tests.support.fake_provider import FakeProvider, Script, openai_text_stream
 

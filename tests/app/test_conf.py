@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from jxai_app.conf import model_registry_dict_from_env, uses_local_model
-from jxai_app.errors import ConfigurationError
-from jxai_app.providers import ModelRegistry
+from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.providers import ModelRegistry
 
 
 def test_nothing_set_gives_the_local_model_and_its_calculator_alias() -> None:

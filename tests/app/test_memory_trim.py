@@ -1,4 +1,4 @@
-"""Free memory goes back to the system after a burst (jxai_app.memory; issue 4, memory back
+"""Free memory goes back to the system after a burst (jxai_app.ops.memory; issue 4, memory back
 to baseline): glibc's ``malloc_trim`` under ``PYTHONMALLOC=malloc``, called by the hub once
 no turn has run for a moment."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jxai_app import memory
+from jxai_app.ops import memory
 from jxai_app.turns import TurnHub, hub as hub_module, start_turn
 from tests.app.turns_support import fake, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
@@ -22,7 +22,7 @@ needs_glibc = pytest.mark.skipif(not memory.trim_available(), reason="needs glib
 _BURST = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, {root!r})
-    from jxai_app.memory import release_free_memory
+    from jxai_app.ops.memory import release_free_memory
 
     def rss():
         with open("/proc/self/status") as f:

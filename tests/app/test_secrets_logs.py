@@ -21,7 +21,7 @@ from django.conf import settings as django_settings
 from django.test import AsyncClient
 
 from jxai_app import conf
-from jxai_app.logsafety import REDACTED, RedactSecretsFilter, redact_text
+from jxai_app.core.logsafety import REDACTED, RedactSecretsFilter, redact_text
 from jxai_app.models import ApiToken
 from tests.support.fake_provider import FakeProvider, Request, Script, json_response, sse_json
 

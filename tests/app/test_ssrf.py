@@ -12,7 +12,9 @@ import httpx
 import pytest
 from django.test import AsyncClient
 
-from jxai_app import api, ssrf
+from jxai_app import api
+
+from jxai_app.core import ssrf
 from tests.app.apisupport import SENTINEL_KEY, bearer, fake, frames, post_chat, problem_of, read_all, token  # noqa: F401
 from tests.support.fake_provider import FakeProvider, Script, openai_text_stream
 

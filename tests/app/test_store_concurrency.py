@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from jxai_app import store
-from jxai_app.errors import ProblemError
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, Message, ToolCall
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,9 +11,9 @@ import pytest
 from django.db import transaction
 
 from jxai_app import store
-from jxai_app.errors import ProblemError
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, ConversationStatus, Message
-from jxai_app.serializers import conversation_dict, message_dict
+from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.store.common import get_owned, lock_owned
 from tests.app.conftest import FakeClock
 
@@ -115,7 +115,7 @@ def test_turn_open_sends_its_writes_and_the_caller_s_in_one_round_trip_on_postgr
     they all land, in the send's transaction."""
     from django.db import connection
 
-    from jxai_app import ratelimit
+    from jxai_app.policy import ratelimit
     from jxai_app.models import TurnAdmission
 
     conversation = store.conversation_create(user=user, model="gpt-4o")
@@ -146,7 +146,7 @@ def test_turn_open_sends_its_writes_and_the_caller_s_in_one_round_trip_on_postgr
 def test_a_lost_claim_rolls_back_the_caller_s_writes_too(user: Any) -> None:
     """When the claim changes no row (another send won), the messages and the admission sent
     with it are rolled back with the refusal."""
-    from jxai_app import ratelimit
+    from jxai_app.policy import ratelimit
     from jxai_app.models import TurnAdmission
 
     conversation = store.conversation_create(user=user, model="gpt-4o")

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from jxai_app import store
-from jxai_app.errors import ProblemError
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import ApiToken, Conversation, ConversationStatus, Message, MessageStatus, ToolCall
-from jxai_app.streaming.events import DeltaEvent, DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
+from jxai_app.core.streaming.events import DeltaEvent, DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
 from tests.app.conftest import FakeClock, count_writes
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,11 @@ from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
-from jxai_app import conf, toolpolicy
+from jxai_app import conf
+
+from jxai_app.policy import toolpolicy
 from jxai_app.models import ToolPolicy
-from jxai_app.tools import ToolContext, ToolRegistry, tool, tool_success
+from jxai_app.core.tools import ToolContext, ToolRegistry, tool, tool_success
 
 pytestmark = pytest.mark.django_db
 

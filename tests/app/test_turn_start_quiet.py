@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from jxai_app import store
-from jxai_app.streaming.events import DeltaEvent, DoneEvent
+from jxai_app.core.streaming.events import DeltaEvent, DoneEvent
 from jxai_app.turns import TurnHub, launch, start_turn
 from jxai_app.turns.starts import StartingTurns
 from tests.app.turns_support import MODEL, Recorder, fake, hub, text_script  # noqa: F401

@@ -119,7 +119,7 @@ async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, f
 
 
 async def test_start_turn_refuses_and_origin_adopts(user: Any, fake: FakeProvider, hub: TurnHub) -> None:
-    from jxai_app.errors import ProblemError
+    from jxai_app.core.errors import ProblemError
 
     with pytest.raises(ProblemError) as excinfo:
         await start_turn(user=user, conversation_id=None, text="", hub=hub)

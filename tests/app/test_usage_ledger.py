@@ -16,8 +16,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from jxai_app import ratelimit, usage
-from jxai_app.errors import ProblemError
+from jxai_app.policy import ratelimit
+
+from jxai_app.policy import usage
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import TurnAdmission, UsageLedger, UserLimits
 from tests.app.conftest import NOON, FakeClock
 from tests.support.database import database_url

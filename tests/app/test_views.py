@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from jxai_app import store
 from jxai_app.conf import get_model_registry
-from jxai_app.csp import CSP_HEADER
+from jxai_app.web.csp import CSP_HEADER
 from jxai_app.models import Conversation
 from tests.app.conftest import production_static
 

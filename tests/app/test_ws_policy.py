@@ -16,7 +16,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 
-from jxai_app import conf, ratelimit
+from jxai_app import conf
+
+from jxai_app.policy import ratelimit
 from jxai_app.models import Conversation, Message, ToolCall, ToolPolicy, UsageLedger, UserLimits
 from tests.app import ws_tools
 from tests.app.turns_support import (  # noqa: F401  (fixtures)

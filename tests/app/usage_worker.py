@@ -20,8 +20,8 @@ def main(mode: str, user_id: str, count: str) -> None:
     django.setup()
     from django.contrib.auth import get_user_model
 
-    from jxai_app import ratelimit
-    from jxai_app.errors import ProblemError
+    from jxai_app.policy import ratelimit
+    from jxai_app.core.errors import ProblemError
 
     user = get_user_model().objects.get(pk=int(user_id))
     print("READY", flush=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from jxai_app.tools import ToolContext, ToolRegistry, tool
+from jxai_app.core.tools import ToolContext, ToolRegistry, tool
 
 CALLS: list[tuple[Any, str]] = []
 """``(user pk, word)`` of every call that ran."""

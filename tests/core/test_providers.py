@@ -1,4 +1,4 @@
-"""The model registry (jxai_app.providers, SPEC §7): validation, lookup, listing, clients."""
+"""The model registry (jxai_app.core.providers, SPEC §7): validation, lookup, listing, clients."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from jxai_app.errors import ConfigurationError, UnknownModelError
-from jxai_app.providers import DEFAULT_CONTEXT_WINDOW, ModelConfig, ModelRegistry, ProviderConfig
-from jxai_app.streaming import (
+from jxai_app.core.errors import ConfigurationError, UnknownModelError
+from jxai_app.core.providers import DEFAULT_CONTEXT_WINDOW, ModelConfig, ModelRegistry, ProviderConfig
+from jxai_app.core.streaming import (
     PROVIDER_PRESETS,
     AnthropicChatClient,
     ClientTimeouts,

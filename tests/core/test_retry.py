@@ -9,8 +9,8 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 import pytest
 
-from jxai_app.streaming.events import DeltaEvent, DoneEvent, ErrorEvent, StreamEvent, UsageEvent
-from jxai_app.streaming.retry import RetryingClient, RetryPolicy, is_retryable
+from jxai_app.core.streaming.events import DeltaEvent, DoneEvent, ErrorEvent, StreamEvent, UsageEvent
+from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy, is_retryable
 
 FAST = RetryPolicy(retries=2, base_delay=0.01, max_delay=0.02)
 

@@ -1,6 +1,6 @@
 """The embedded local model end to end: the real GGUF, the real llama.cpp server, the real client.
 
-One llama-cpp-python server (``jxai_app.localmodel``) serves Gemma 3 270M on a free
+One llama-cpp-python server (``jxai_app.ops.localmodel``) serves Gemma 3 270M on a free
 127.0.0.1 port for the whole module. Through it:
 
 * a plain chat streams through :class:`OpenAIChatClient` and ends with ``done``;
@@ -30,16 +30,16 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from jxai_app import localmodel
-from jxai_app.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
-from jxai_app.streaming.events import (
+from jxai_app.ops import localmodel
+from jxai_app.core.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
+from jxai_app.core.streaming.events import (
     DeltaEvent,
     DoneEvent,
     StreamEvent,
     ToolCallStartEvent,
 )
-from jxai_app.streaming.openai import OpenAIChatClient
-from jxai_app.tools import ToolContext, default_registry
+from jxai_app.core.streaming.openai import OpenAIChatClient
+from jxai_app.core.tools import ToolContext, default_registry
 from tests.support.net import free_port, port_answers
 
 pytestmark = pytest.mark.localmodel

@@ -33,7 +33,9 @@ from typing import Any
 
 import pytest
 
-from jxai_app import conf, localmodel
+from jxai_app import conf
+
+from jxai_app.ops import localmodel
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, RESULTS, ROOT
 from tests.support.net import free_port, port_answers
 

@@ -10,12 +10,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from jxai_app.agent import AgentEvent, AgentPolicy, TurnEndEvent, run_turn
-from jxai_app.streaming.events import (
+from jxai_app.core.agent import AgentEvent, AgentPolicy, TurnEndEvent, run_turn
+from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, StreamEvent, ToolCallDeltaEvent, ToolCallEndEvent, ToolCallStartEvent,
     UsageEvent, event_from_dict,
 )
-from jxai_app.tools import ToolContext
+from jxai_app.core.tools import ToolContext
 
 
 @dataclass(frozen=True)

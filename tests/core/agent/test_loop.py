@@ -8,12 +8,12 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from jxai_app.agent import (
+from jxai_app.core.agent import (
     EMPTY_REPLY, STOPPED, AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent,
     TurnEndEvent, run_turn,
 )
-from jxai_app.repair import SEAL_RELOADED
-from jxai_app.streaming.events import (
+from jxai_app.core.repair import SEAL_RELOADED
+from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, ReasoningEvent, ToolCallStartEvent, UsageEvent, event_from_dict,
 )
 from tests.core.agent.scripted import (
@@ -347,7 +347,7 @@ def test_the_loop_and_repair_import_without_django() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, jxai_app.agent, jxai_app.repair; "
+    code = ("import sys, jxai_app.core.agent, jxai_app.core.repair; "
             "assert not [m for m in sys.modules if m == 'django' or m.startswith('django.')], 'django imported'")
     env = {k: v for k, v in __import__("os").environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

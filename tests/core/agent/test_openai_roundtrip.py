@@ -7,10 +7,10 @@ import asyncio
 import json
 from typing import Annotated, Any
 
-from jxai_app.agent import AgentPolicy, ToolResultEvent, run_turn
-from jxai_app.streaming.events import DeltaEvent, ErrorEvent
-from jxai_app.streaming.openai import OpenAIChatClient
-from jxai_app.tools import ToolContext, ToolRegistry, tool, tool_success
+from jxai_app.core.agent import AgentPolicy, ToolResultEvent, run_turn
+from jxai_app.core.streaming.events import DeltaEvent, ErrorEvent
+from jxai_app.core.streaming.openai import OpenAIChatClient
+from jxai_app.core.tools import ToolContext, ToolRegistry, tool, tool_success
 from tests.core.agent.scripted import Turn, context_factory_for
 from tests.support.fake_provider import (
     FakeProvider, Request, Script, json_response, openai_text_stream, openai_tool_call_stream,

@@ -1,4 +1,4 @@
-"""History repair before each request (jxai_app.repair; seed RP-1 … RP-15, CS-30, MC-10, MC-15)."""
+"""History repair before each request (jxai_app.core.repair; seed RP-1 … RP-15, CS-30, MC-10, MC-15)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jxai_app.repair import (
+from jxai_app.core.repair import (
     SEAL_CUT_OFF, SEAL_RELOADED, Dropped, Moved, is_empty_assistant, is_seal_content, repair_history,
     seal_content,
 )

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from jxai_app.agent import NOT_RUN, STOPPED, AgentPolicy, ToolResultEvent, ToolStartEvent, cap_text
-from jxai_app.streaming.events import DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent
-from jxai_app.tools import ToolContext
+from jxai_app.core.agent import NOT_RUN, STOPPED, AgentPolicy, ToolResultEvent, ToolStartEvent, cap_text
+from jxai_app.core.streaming.events import DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent
+from jxai_app.core.tools import ToolContext
 from tests.core.agent.scripted import (
     FakeTools, ScriptedClient, call_events, context_factory_for, ok, play, text_round, tool_round,
 )

@@ -10,9 +10,9 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from jxai_app.agent import AgentPolicy, RoundEndEvent
-from jxai_app.repair import SEAL_CUT_OFF, SEAL_RELOADED, is_empty_assistant
-from jxai_app.tools import ToolContext
+from jxai_app.core.agent import AgentPolicy, RoundEndEvent
+from jxai_app.core.repair import SEAL_CUT_OFF, SEAL_RELOADED, is_empty_assistant
+from jxai_app.core.tools import ToolContext
 from tests.core.agent.scripted import FakeTools, ScriptedClient, play, step_from_json
 
 CORPUS = Path(__file__).resolve().parents[2] / "data" / "transcripts"

@@ -8,8 +8,8 @@ import json
 import threading
 from typing import Annotated, Any
 
-from jxai_app.agent import AgentPolicy, ToolResultEvent
-from jxai_app.tools import GatedToolRegistry, ToolContext, ToolRegistry, calculate, tool, tool_success
+from jxai_app.core.agent import AgentPolicy, ToolResultEvent
+from jxai_app.core.tools import GatedToolRegistry, ToolContext, ToolRegistry, calculate, tool, tool_success
 from tests.core.agent.scripted import ScriptedClient, play, text_round, tool_round
 
 

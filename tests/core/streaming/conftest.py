@@ -6,7 +6,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
-from jxai_app.streaming.events import StreamEvent
+from jxai_app.core.streaming.events import StreamEvent
 from tests.support.fake_provider import FakeProvider
 
 USER = [{"role": "user", "content": "hello"}]

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from jxai_app.streaming import AnthropicChatClient
-from jxai_app.streaming.anthropic import convert_messages, convert_tools
+from jxai_app.core.streaming import AnthropicChatClient
+from jxai_app.core.streaming.anthropic import convert_messages, convert_tools
 from tests.core.streaming.conftest import GET_WEATHER, USER, collect
 from tests.support.fake_provider import sse_json
 

@@ -1,4 +1,4 @@
-"""The command line ``python -m jxai_app.streaming`` (SPEC §2 "Command line"): JSON lines on
+"""The command line ``python -m jxai_app.core.streaming`` (SPEC §2 "Command line"): JSON lines on
 stdout and exit status 0 (done), 1 (error), 2 (bad arguments), against a loopback server."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jxai_app.streaming", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "jxai_app.core.streaming", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 

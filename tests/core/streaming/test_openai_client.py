@@ -9,9 +9,9 @@ from typing import Any, Callable
 import httpx
 import pytest
 
-from jxai_app.problems import type_uri
-from jxai_app.streaming import OpenAIChatClient
-from jxai_app.streaming.openai import map_usage
+from jxai_app.core.problems import type_uri
+from jxai_app.core.streaming import OpenAIChatClient
+from jxai_app.core.streaming.openai import map_usage
 from tests.core.streaming.conftest import GET_WEATHER, USER, collect
 
 Handler = Callable[[httpx.Request], httpx.Response]

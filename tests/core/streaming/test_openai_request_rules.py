@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from jxai_app.streaming import OpenAIChatClient
+from jxai_app.core.streaming import OpenAIChatClient
 from tests.support.fake_provider import FakeProvider, Script, openai_text_stream, sse
 
 TOOLS = [{"type": "function", "function": {"name": "calculate", "parameters": {"type": "object"}}}]

@@ -1,4 +1,4 @@
-"""Shared provider connections (jxai_app.streaming.pool): a provider that keeps connections
+"""Shared provider connections (jxai_app.core.streaming.pool): a provider that keeps connections
 alive is reached over one warm connection, and Stop still closes the stream's own connection.
 
 The FakeProvider always answers ``Connection: close``, so these tests run their own small
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from jxai_app.streaming import OpenAIChatClient
-from jxai_app.streaming.pool import ConnectionPool
+from jxai_app.core.streaming import OpenAIChatClient
+from jxai_app.core.streaming.pool import ConnectionPool
 from tests.core.streaming.conftest import USER, collect
 from tests.support.fake_provider import openai_text_stream
 

@@ -1,5 +1,5 @@
 """Finishing a pooled response leaves nothing behind in httpcore's pool
-(jxai_app.streaming.release; issue 4, memory back to baseline).
+(jxai_app.core.streaming.release; issue 4, memory back to baseline).
 
 httpcore 1.0 drops a request from its pool's list only when the response's close ran to its
 end; a cancellation landing inside that close left the request, its connection and its
@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from jxai_app.streaming import OpenAIChatClient
-from jxai_app.streaming.pool import ConnectionPool
-from jxai_app.streaming.release import finish_response
+from jxai_app.core.streaming import OpenAIChatClient
+from jxai_app.core.streaming.pool import ConnectionPool
+from jxai_app.core.streaming.release import finish_response
 from tests.core.streaming.conftest import USER
 from tests.support.fake_provider import FakeProvider, Script, openai_text_stream
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from jxai_app.errors import ConfigurationError
-from jxai_app.streaming import ProxyChatClient
+from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.streaming import ProxyChatClient
 from tests.core.streaming.conftest import GET_WEATHER, USER, collect
 
 DONE = b'data: {"type":"done","stopReason":"stop"}\n\n'

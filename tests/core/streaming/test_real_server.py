@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from jxai_app.problems import type_uri
-from jxai_app.streaming import AnthropicChatClient, ClientTimeouts, OpenAIChatClient, ProxyChatClient
+from jxai_app.core.problems import type_uri
+from jxai_app.core.streaming import AnthropicChatClient, ClientTimeouts, OpenAIChatClient, ProxyChatClient
 from tests.core.streaming.conftest import USER, collect
 from tests.support.fake_provider import (
     FakeProvider,

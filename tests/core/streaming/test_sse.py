@@ -1,12 +1,12 @@
-"""SSE framing without I/O (jxai_app.streaming.sse): every split point, line endings, the BOM,
+"""SSE framing without I/O (jxai_app.core.streaming.sse): every split point, line endings, the BOM,
 the line cap, the ``error:`` field, the end-of-body tolerance, and the data-payload rules."""
 
 from __future__ import annotations
 
 import pytest
 
-from jxai_app.streaming.fault import UpstreamFault
-from jxai_app.streaming.sse import DONE, SSEReader, is_complete_object, parse_payload
+from jxai_app.core.streaming.fault import UpstreamFault
+from jxai_app.core.streaming.sse import DONE, SSEReader, is_complete_object, parse_payload
 
 BODY = ("\ufeffretry: 1000\r\n: comment\r\nevent: message\nid: 7\ndata: {\"a\": \"é東🌊\"}\r\n\r\n"
         "data: first\rdata:second\r\rdata: [DONE]\n\n").encode()

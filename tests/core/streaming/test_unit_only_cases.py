@@ -13,8 +13,8 @@ import re
 import time
 from typing import Any, Callable
 
-from jxai_app.streaming import OpenAIChatClient, ProxyChatClient
-from jxai_app.streaming.events import DoneEvent, StreamEvent
+from jxai_app.core.streaming import OpenAIChatClient, ProxyChatClient
+from jxai_app.core.streaming.events import DoneEvent, StreamEvent
 from tests.core.streaming.conftest import GET_WEATHER, USER, collect
 from tests.support.fake_provider import FakeProvider, Script, Write
 

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 import httpx
 import pytest
 
-from jxai_app.streaming.__main__ import build_client, build_parser, conversation
+from jxai_app.core.streaming.__main__ import build_client, build_parser, conversation
 from tests.core.streaming import conformance_run as runner
 from tests.core.streaming.conftest import collect
 from tests.support.fake_provider import FakeProvider, Script

@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jxai_app.tools import ToolContext, default_registry, make_search_conversations_tool
-from jxai_app.tools.builtin import MAX_EXPRESSION_CHARS, evaluate_expression
+from jxai_app.core.tools import ToolContext, default_registry, make_search_conversations_tool
+from jxai_app.core.tools.builtin import MAX_EXPRESSION_CHARS, evaluate_expression
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from jxai_app.errors import ToolError
-from jxai_app.tools import GatedToolRegistry, ToolContext, ToolDefinition, ToolRegistry
+from jxai_app.core.errors import ToolError
+from jxai_app.core.tools import GatedToolRegistry, ToolContext, ToolDefinition, ToolRegistry
 
 ANY = {"type": "object"}
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from jxai_app.errors import ToolError
-from jxai_app.tools import ToolContext, ToolDefinition, ToolRegistry, tool, tool_error, tool_success
+from jxai_app.core.errors import ToolError
+from jxai_app.core.tools import ToolContext, ToolDefinition, ToolRegistry, tool, tool_error, tool_success
 
 OBJ = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 

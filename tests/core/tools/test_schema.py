@@ -1,4 +1,4 @@
-"""JSON Schema generation from type hints and docstrings (jxai_app.tools.schema, SPEC §4)."""
+"""JSON Schema generation from type hints and docstrings (jxai_app.core.tools.schema, SPEC §4)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal, Optional
 import pytest
 from jsonschema import Draft202012Validator
 
-from jxai_app.errors import ToolError
-from jxai_app.tools import ToolContext, tool
-from jxai_app.tools.schema import function_schema, openai_strict_schema, parse_google_docstring, schema_for_type
+from jxai_app.core.errors import ToolError
+from jxai_app.core.tools import ToolContext, tool
+from jxai_app.core.tools.schema import function_schema, openai_strict_schema, parse_google_docstring, schema_for_type
 
 
 class Colour(enum.Enum):

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from jxai_app.tools import ToolDefinition, ToolRegistry
-from jxai_app.tools.validation import prepare_arguments, validation_errors
+from jxai_app.core.tools import ToolDefinition, ToolRegistry
+from jxai_app.core.tools.validation import prepare_arguments, validation_errors
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -1,0 +1,281 @@
+"""The model registry's configuration: the plain dict, its validation, and the records it
+becomes (SPEC §7). Framework-free: no Django import.
+
+The dict::
+
+    {
+      "providers": {
+        "<name>": {
+          "preset": "openai",            # optional: fills the fields below from
+                                         # jxai_app.core.streaming.PROVIDER_PRESETS
+          "kind": "openai" | "anthropic" | "proxy",
+          "base_url": "https://…",       # API root; for "proxy", the chat URL
+          "api_key_env": "OPENAI_API_KEY" | null,   # the key is read at client build time
+          "extra_headers": {"Header": "value"},
+          "api_base_url": "https://…"    # "proxy" only: the upstream base URL to ask for
+        }
+      },
+      "models": {
+        "<alias>": {
+          "provider": "<name>", "model_id": "gpt-4o",
+          "context_window": 128000,      # tokens (default DEFAULT_CONTEXT_WINDOW)
+          "supports_tools": true,        # default true
+          "tool_choice": "auto" | "none" | "required" | {…},  # optional
+          "temperature": 0.2,            # optional; omitted = not sent (reasoning models)
+          "max_tokens": 4096,            # optional
+          "label": "GPT-4o"              # optional, for people
+        }
+      },
+      "roles": {"default": "<alias>", "<role>": "<alias>"}   # default: the first model
+    }
+
+:func:`parse_config` validates it (JSON Schema first, so every shape problem is named with its
+path, then URLs and presets) and builds the :class:`ProviderConfig` and :class:`ModelConfig`
+records; :class:`~jxai_app.core.providers.ModelRegistry` checks how they refer to each other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from jxai_app.core.errors import ConfigurationError
+
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
+
+ProviderKind = Literal["openai", "anthropic", "proxy"]
+DEFAULT_CONTEXT_WINDOW = 8192
+"""Tokens assumed for a model whose ``context_window`` is not configured (conservative)."""
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$"
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_PROVIDER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "preset": {"type": "string", "minLength": 1},
+        "kind": {"enum": ["openai", "anthropic", "proxy"]},
+        "base_url": {"type": "string", "minLength": 1},
+        "api_key_env": {"type": ["string", "null"], "pattern": _ENV_NAME},
+        "extra_headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "api_base_url": {"type": ["string", "null"]},
+    },
+    "additionalProperties": False,
+}
+_MODEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "provider": {"type": "string", "minLength": 1},
+        "model_id": {"type": "string", "minLength": 1},
+        "context_window": {"type": "integer", "minimum": 1},
+        "supports_tools": {"type": "boolean"},
+        "tool_choice": {
+            "anyOf": [{"enum": ["auto", "none", "required"]}, {"type": "object"}, {"type": "null"}]
+        },
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "label": {"type": ["string", "null"]},
+    },
+    "required": ["provider", "model_id"],
+    "additionalProperties": False,
+}
+_CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "providers": {"type": "object", "propertyNames": {"pattern": _NAME}, "additionalProperties": _PROVIDER_SCHEMA},
+        "models": {
+            "type": "object",
+            "propertyNames": {"pattern": _NAME},
+            "additionalProperties": _MODEL_SCHEMA,
+            "minProperties": 1,
+        },
+        "roles": {
+            "type": "object",
+            "propertyNames": {"pattern": _NAME},
+            "additionalProperties": {"type": "string"},
+        },
+    },
+    "required": ["providers", "models"],
+    "additionalProperties": False,
+}
+_VALIDATOR = Draft202012Validator(_CONFIG_SCHEMA)
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """One provider endpoint.
+
+    Attributes:
+        name: the provider's name in the configuration.
+        kind: which streaming client speaks to it (``openai``-compatible, ``anthropic``, ``proxy``).
+        base_url: the API root (``…/v1`` for OpenAI-compatible); for ``proxy`` the chat URL.
+        api_key_env: the environment variable holding the key, or ``None`` for no key.
+        extra_headers: headers added to every request.
+        api_base_url: ``proxy`` only: the upstream base URL the proxy should use.
+    """
+
+    name: str
+    kind: ProviderKind
+    base_url: str
+    api_key_env: str | None = None
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+    api_base_url: str | None = None
+
+    @property
+    def api_key(self) -> str | None:
+        """The key, read from ``api_key_env`` now (``None`` when unnamed or unset/empty)."""
+        if not self.api_key_env:
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One model the deployment offers under an alias.
+
+    Attributes:
+        alias: the name users and the API pick it by.
+        provider: the name of its ``ProviderConfig``.
+        model_id: the provider's own model id (sent upstream).
+        context_window: its context window, in tokens.
+        supports_tools: whether tools may be sent to it.
+        tool_choice: the ``tool_choice`` to send with tools (``None`` = ``auto``); used by
+            OpenAI-compatible providers only.
+        temperature: sent when set; ``None`` = not sent (reasoning models reject it, seed §7).
+        label: a name for people (``None`` = the alias).
+        max_tokens: the output token cap sent upstream, or ``None``.
+    """
+
+    alias: str
+    provider: str
+    model_id: str
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    supports_tools: bool = True
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: float | None = None
+    label: str | None = None
+    max_tokens: int | None = None
+
+
+def _where(error: ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "the configuration"
+
+
+def _schema_sentence(error: ValidationError) -> str:
+    where = _where(error)
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        known = sorted((error.schema.get("properties") or {}) if isinstance(error.schema, Mapping) else ())
+        extra = sorted(set(error.instance) - set(known)) if isinstance(error.instance, Mapping) else []
+        return f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(known)}"
+    if "propertyNames" in error.absolute_schema_path:
+        return f"{where}: the name {error.instance!r} must be letters, digits and . _ : @ / + - (at most 128)"
+    if error.validator == "minProperties" and where == "models":
+        return "models: no models are configured"
+    if error.validator == "pattern" and where.endswith("api_key_env"):
+        return f"{where}: {error.instance!r} is not an environment variable name"
+    return f"{where}: {error.message}"
+
+
+def _check_url(where: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"model configuration: {where}: {url!r} is not an http(s) URL with a host")
+
+
+def _preset_fields(name: str, preset_name: str, presets: Mapping[str, Any] | None) -> dict[str, Any]:
+    if presets is None:
+        try:
+            from jxai_app.core.streaming import PROVIDER_PRESETS
+        except ImportError as exc:  # the streaming package is not importable
+            raise ConfigurationError(f"model configuration: providers.{name}.preset: presets unavailable ({exc})") from exc
+        presets = PROVIDER_PRESETS
+    if preset_name not in presets:
+        raise ConfigurationError(
+            f"model configuration: providers.{name}.preset: unknown preset {preset_name!r}; "
+            f"known presets: {', '.join(sorted(presets)) or '(none)'}"
+        )
+    preset = presets[preset_name]
+    out: dict[str, Any] = {}
+    for key in ("kind", "base_url", "api_key_env", "extra_headers"):
+        value = preset.get(key) if isinstance(preset, Mapping) else getattr(preset, key, None)
+        if value is not None:
+            out[key] = dict(value) if key == "extra_headers" else value
+    return out
+
+
+def _provider(name: str, raw: Mapping[str, Any], presets: Mapping[str, Any] | None) -> ProviderConfig:
+    merged = _preset_fields(name, raw["preset"], presets) if "preset" in raw else {}
+    headers = {**merged.get("extra_headers", {}), **raw.get("extra_headers", {})}
+    merged.update({k: v for k, v in raw.items() if k != "preset"})
+    merged["extra_headers"] = headers
+    for key in ("kind", "base_url"):
+        if not merged.get(key):
+            raise ConfigurationError(f"model configuration: providers.{name}: {key!r} is required (or name a preset)")
+    if merged["kind"] not in ("openai", "anthropic", "proxy"):
+        raise ConfigurationError(f"model configuration: providers.{name}.kind: {merged['kind']!r} is not openai, anthropic or proxy")
+    _check_url(f"providers.{name}.base_url", merged["base_url"])
+    if merged.get("api_base_url") is not None:
+        if merged["kind"] != "proxy":
+            raise ConfigurationError(f"model configuration: providers.{name}.api_base_url: only a proxy provider takes one")
+        _check_url(f"providers.{name}.api_base_url", merged["api_base_url"])
+    return ProviderConfig(
+        name=name,
+        kind=merged["kind"],
+        base_url=merged["base_url"],
+        api_key_env=merged.get("api_key_env"),
+        extra_headers=MappingProxyType(headers),
+        api_base_url=merged.get("api_base_url"),
+    )
+
+
+def parse_config(
+    data: Mapping[str, Any], *, presets: Mapping[str, Any] | None = None
+) -> tuple[dict[str, ProviderConfig], dict[str, ModelConfig], dict[str, str]]:
+    """Validate the registry dict (module docstring) and build its records.
+
+    Args:
+        data: ``{"providers": {…}, "models": {…}, "roles": {…}}``; ``roles`` is optional
+            and ``roles.default`` defaults to the first model.
+        presets: preset name → preset (mapping or object with ``kind``, ``base_url``,
+            ``extra_headers``, ``api_key_env``); default ``jxai_app.core.streaming.PROVIDER_PRESETS``,
+            imported only when a provider names a preset.
+
+    Returns:
+        ``(providers, models, roles)``: name → ``ProviderConfig``, alias → ``ModelConfig``
+        (configuration order), role → alias (with ``default``). References between them
+        (a model's provider, a role's alias) are not checked here.
+
+    Raises:
+        ConfigurationError: the dict is malformed; the message names the path of every
+            problem (e.g. ``models.gpt.context_window: 0 is less than the minimum of 1``).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(f"model configuration must be an object, got {type(data).__name__}")
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        raise ConfigurationError("model configuration: " + "; ".join(dict.fromkeys(map(_schema_sentence, errors))))
+    providers = {name: _provider(name, raw, presets) for name, raw in data["providers"].items()}
+    models = {
+        alias: ModelConfig(
+            alias=alias,
+            provider=raw["provider"],
+            model_id=raw["model_id"],
+            context_window=raw.get("context_window", DEFAULT_CONTEXT_WINDOW),
+            supports_tools=raw.get("supports_tools", True),
+            tool_choice=raw.get("tool_choice"),
+            temperature=raw.get("temperature"),
+            label=raw.get("label"),
+            max_tokens=raw.get("max_tokens"),
+        )
+        for alias, raw in data["models"].items()
+    }
+    roles = dict(data.get("roles") or {})
+    roles.setdefault("default", next(iter(models)))
+    return providers, models, roles

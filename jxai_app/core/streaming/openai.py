@@ -1,0 +1,325 @@
+"""The OpenAI-compatible streaming client (SPEC §2; seed SC-1 … SC-24, SC-27, GW-15).
+
+``POST {base_url}/chat/completions`` with ``stream: true`` and usage requested; the answer's
+``chat.completion.chunk`` events become normalised events. Works with OpenAI, OpenRouter,
+Groq, DeepSeek, Ollama, vLLM, llama.cpp's server and other compatible gateways (see
+:mod:`.presets`). Framing, timeouts, cancellation and error translation live in :mod:`.base`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Mapping, Sequence
+
+import httpx
+from httpx_sse import ServerSentEvent
+
+from jxai_app.core.streaming.base import BaseChatClient, ClientTimeouts, Guard, Normaliser, PreparedRequest
+from jxai_app.core.streaming.events import (
+    DeltaEvent,
+    DoneEvent,
+    ReasoningEvent,
+    StopReason,
+    StreamEvent,
+    ToolCallDeltaEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+    UsageEvent,
+)
+from jxai_app.core.streaming.fault import UpstreamFault, error_event_fault, provider_error_fault
+from jxai_app.core.streaming.pool import ConnectionPool
+from jxai_app.core.streaming.sse import DONE, parse_payload
+from jxai_app.core.streaming.toolcalls import ToolCallAssembler, generated_call_id
+
+_FINISH: Final[dict[str, StopReason]] = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
+"""Provider finish reasons we know; anything else is ignored (SPEC §2)."""
+
+
+def _count(value: Any) -> int | None:
+    if type(value) is int:
+        return value if value >= 0 else None
+    if type(value) is float and value >= 0 and value.is_integer():
+        return int(value)
+    return None
+
+
+def map_usage(usage: Any) -> UsageEvent | None:
+    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19).
+
+    ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
+    ``completion_tokens`` or 0; ``cachedInputTokens`` ← ``prompt_tokens_details.cached_tokens``
+    and ``reasoningTokens`` ← ``completion_tokens_details.reasoning_tokens`` only when numbers.
+    Returns ``None`` when there is no numeric ``prompt_tokens``.
+    """
+    if type(usage) is not dict:
+        return None
+    prompt = _count(usage.get("prompt_tokens"))
+    if prompt is None:
+        return None
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return UsageEvent(
+        input_tokens=prompt,
+        output_tokens=_count(usage.get("completion_tokens")) or 0,
+        cached_input_tokens=_count(prompt_details.get("cached_tokens")) if type(prompt_details) is dict else None,
+        reasoning_tokens=_count(completion_details.get("reasoning_tokens"))
+        if type(completion_details) is dict else None,
+    )
+
+
+def _arguments(value: Any) -> str:
+    if type(value) is str:
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)  # some servers send an object
+
+
+def _text(value: Any) -> str | None:
+    return value if type(value) is str and value else None
+
+
+def _reasoning(message: dict[str, Any]) -> str | None:
+    """The reasoning text of a stream delta or a whole message: ``reasoning_content``
+    (DeepSeek, llama.cpp's server), else — only when that member is absent or null —
+    ``reasoning`` (OpenRouter); ``None`` unless it is a non-empty string."""
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("reasoning")
+    return _text(reasoning)
+
+
+class OpenAINormaliser:
+    """Chat-completion chunks → normalised events, for one response (SPEC §2 rules)."""
+
+    __slots__ = ("calls", "finish", "usage")
+
+    def __init__(self) -> None:
+        self.calls = ToolCallAssembler()
+        self.finish: StopReason | None = None
+        self.usage: UsageEvent | None = None
+
+    def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
+        """One SSE event: an ``error`` event, ``[DONE]``, noise, or a chunk object."""
+        data = sse.data
+        if sse.event == "error":
+            raise error_event_fault(data)
+        payload = parse_payload(data)
+        if payload is None:
+            return
+        if payload is DONE:
+            self._end(out)
+        else:
+            self._chunk(payload, out)  # type: ignore[arg-type]
+
+    def on_eof(self) -> Sequence[StreamEvent]:
+        """End of body: ``done`` after a finish reason, else ``incomplete_stream``."""
+        if self.finish is None:
+            raise UpstreamFault("incomplete_stream",
+                                "The provider's stream ended before the answer was complete.")
+        out: list[StreamEvent] = []
+        self._end(out)
+        return out
+
+    def _end(self, out: list[StreamEvent]) -> None:
+        self.calls.close_all(out)
+        if self.usage is not None:
+            out.append(self.usage)
+        out.append(DoneEvent(stop_reason=self.finish or "stop"))
+
+    def _chunk(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
+        """One ``chat.completion.chunk``: error member, usage, then ``choices[0]``'s delta
+        (text before reasoning, SC-7; then tool calls) and finish reason."""
+        error = chunk.get("error")
+        if error:
+            raise provider_error_fault(error)
+        usage = chunk.get("usage")
+        if usage:
+            mapped = map_usage(usage)
+            if mapped is not None:
+                self.usage = mapped
+        choices = chunk.get("choices")
+        if not choices or type(choices) is not list:
+            return
+        choice = choices[0]
+        if type(choice) is not dict:
+            return
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            delta = None
+        elif delta:
+            content = delta.get("content")
+            if content and type(content) is str:
+                out.append(DeltaEvent(content=content))
+                if len(delta) == 1:  # the common text-only delta: nothing else to look for
+                    delta = None
+        if delta:
+            reasoning = _reasoning(delta)
+            if reasoning is not None:
+                out.append(ReasoningEvent(content=reasoning))
+            tool_calls = delta.get("tool_calls")
+            if tool_calls and type(tool_calls) is list:
+                self._tool_calls(tool_calls, out)
+            # A legacy function call is a tool call at index 0 — unless the same delta also
+            # carries ``tool_calls``: llama.cpp's server sends every fragment in both forms,
+            # and counting both would double the argument text.
+            legacy = None if tool_calls else delta.get("function_call")
+            if type(legacy) is dict:
+                self.calls.fragment(0, None, _text(legacy.get("name")), _arguments(legacy.get("arguments")), out)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            mapped_reason = _FINISH.get(reason) if type(reason) is str else None
+            if mapped_reason is not None:
+                if self.finish is None:
+                    self.finish = mapped_reason
+                self.calls.close_all(out)
+
+    def _tool_calls(self, tool_calls: list[Any], out: list[StreamEvent]) -> None:
+        single = len(tool_calls) == 1
+        for position, fragment in enumerate(tool_calls):
+            if type(fragment) is not dict:
+                continue
+            index = fragment.get("index")
+            if type(index) is not int:
+                index = 0 if single else position
+            function = fragment.get("function")
+            if type(function) is not dict:
+                function = {}
+            self.calls.fragment(index, _text(fragment.get("id")), _text(function.get("name")),
+                                _arguments(function.get("arguments")), out)
+
+    def on_json(self, body: Any) -> Sequence[StreamEvent]:
+        """A whole (non-streamed) chat completion → the events a stream would give (SPEC §2)."""
+        if type(body) is not dict:
+            raise _not_a_completion()
+        if body.get("error"):
+            raise provider_error_fault(body["error"])
+        choices = body.get("choices")
+        if not choices or type(choices) is not list or type(choices[0]) is not dict:
+            raise _not_a_completion()
+        message = choices[0].get("message")
+        if type(message) is not dict:
+            raise _not_a_completion()
+        out: list[StreamEvent] = []
+        reasoning = _reasoning(message)
+        if reasoning is not None:
+            out.append(ReasoningEvent(content=reasoning))
+        content = message.get("content")
+        if content and type(content) is str:
+            out.append(DeltaEvent(content=content))
+        calls = message.get("tool_calls")
+        if type(calls) is not list:
+            calls = [dict(message["function_call"], id=None)] if type(message.get("function_call")) is dict else []
+        for index, call in enumerate(calls):
+            if type(call) is not dict:
+                continue
+            function = call.get("function", call)
+            if type(function) is not dict:
+                continue
+            call_id = _text(call.get("id")) or generated_call_id(index)
+            out.append(ToolCallStartEvent(id=call_id, name=_text(function.get("name")) or ""))
+            args = _arguments(function.get("arguments"))
+            if args:
+                out.append(ToolCallDeltaEvent(id=call_id, args=args))
+            out.append(ToolCallEndEvent(id=call_id))
+        usage = map_usage(body.get("usage"))
+        if usage is not None:
+            out.append(usage)
+        reason = choices[0].get("finish_reason")
+        out.append(DoneEvent(stop_reason=_FINISH.get(reason, "stop") if type(reason) is str else "stop"))
+        return out
+
+
+def _not_a_completion() -> UpstreamFault:
+    return UpstreamFault("unexpected_response", "The provider answered with JSON that is not a chat completion.")
+
+
+class OpenAIChatClient(BaseChatClient):
+    """Streaming client for any OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        base_url: the API root, e.g. ``https://api.openai.com/v1`` (``/chat/completions`` is appended).
+        model: the provider's model id.
+        api_key: sent as ``Authorization: Bearer …`` when set (local servers need none).
+        temperature: sent only when set; ``0`` is sent (SC-3).
+        tool_choice: sent with a non-empty tool list, with ``parallel_tool_calls: true`` (SC-4).
+        extra_headers: added to every request (e.g. OpenRouter's ``HTTP-Referer``).
+        timeouts: connect / first-byte / idle limits in seconds.
+        transport: an ``httpx`` transport instead of the network (tests).
+        max_tokens: sent as ``max_tokens`` when set.
+        pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
+    """
+
+    def __init__(self, *, base_url: str, model: str, api_key: str | None = None, temperature: float | None = None,
+                 tool_choice: Any = "auto", extra_headers: Mapping[str, str] | None = None,
+                 timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 max_tokens: int | None = None, pool: ConnectionPool | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.temperature = temperature
+        self.tool_choice = tool_choice
+        self.max_tokens = max_tokens
+
+    async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+                       system_prompt: str, guard: Guard) -> PreparedRequest:
+        """Body members in GW-15 order: model, messages (system first, SC-1), stream,
+        stream_options, [temperature], [max_tokens], [tools, tool_choice, parallel_tool_calls]."""
+        headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": system_prompt}, *map(_wire_message, messages)],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if tools:
+            body["tools"] = list(tools)
+            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages, tools)
+            body["parallel_tool_calls"] = True
+        return PreparedRequest(self.base_url + "/chat/completions", headers, body)
+
+    def _normaliser(self) -> Normaliser:
+        return OpenAINormaliser()
+
+
+def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An assistant message with ``tool_calls`` and ``content: null`` is sent without the
+    ``content`` key: OpenAI's chat completions reference makes ``content`` optional when
+    ``tool_calls`` is given, and llama.cpp's server answers HTTP 500 to a ``null`` one."""
+    if message.get("role") == "assistant" and message.get("content") is None and "content" in message \
+            and message.get("tool_calls"):
+        return {key: value for key, value in message.items() if key != "content"}
+    return message
+
+
+def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
+                     tools: Sequence[Mapping[str, Any]]) -> Any:
+    """The ``tool_choice`` of one request (jxai's rule, not a provider's).
+
+    A forcing choice (``"required"`` or a named function, set on a model alias for small
+    models that never call a tool unprompted) applies only to the request that answers the
+    user, i.e. when the history ends with a ``user`` message; after tool results the request
+    says ``auto``, or a forced model would call the tool again after every result until the
+    round budget runs out. ``auto`` and ``none`` are sent as configured. A named function
+    that is not among this request's ``tools`` (a tool policy withheld it from the user)
+    becomes ``auto``: OpenAI rejects such a request and llama.cpp's server answers it with
+    an empty HTTP 200.
+    """
+    if isinstance(configured, Mapping):
+        name = (configured.get("function") or {}).get("name")
+        if name is not None and name not in {(t.get("function") or {}).get("name") for t in tools}:
+            return "auto"
+    if configured in ("auto", "none") or not messages or messages[-1].get("role") == "user":
+        return configured
+    return "auto"

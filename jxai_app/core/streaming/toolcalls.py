@@ -1,0 +1,114 @@
+"""Assembling OpenAI-style streamed tool-call fragments into start/delta/end events (SPEC §2).
+
+Rules (they replace the seed's SC-10 and SC-26; SC-8, SC-9, SC-11, SC-13, SC-27 kept):
+
+- A fragment continues the call open at its ``index`` when its ``id`` is absent **or equal**
+  to that call's id (llama.cpp repeats id and name on every chunk: one ``tool_call_start``).
+- A different id at an open index closes the old call and opens a new one.
+- A fragment at an index with no open call opens one; without an id it gets a generated id
+  ``call_<index>_<8 hex>``.
+- ``tool_call_start`` goes out once the call has a name; argument text that arrives before
+  the name is held and sent right after the start; a call that closes nameless starts with
+  name ``""`` just before its end. Argument text is never dropped silently.
+- A fragment whose arguments repeat the call's whole argument text so far, when that text is
+  already complete JSON, adds nothing (gateways that resend the full arguments at the end).
+- Calls close (``tool_call_end``) in the order they opened.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from jxai_app.core.streaming.events import StreamEvent, ToolCallDeltaEvent, ToolCallEndEvent, ToolCallStartEvent
+
+
+def generated_call_id(index: int) -> str:
+    """A call id for a provider that sent none: ``call_<index>_<8 hex digits>``."""
+    return f"call_{index}_{secrets.token_hex(4)}"
+
+
+class _Call:
+    __slots__ = ("id", "index", "name", "parts", "length", "held")
+
+    def __init__(self, call_id: str, index: int) -> None:
+        self.id = call_id
+        self.index = index
+        self.name: str | None = None
+        self.parts: list[str] = []
+        self.length = 0
+        self.held: list[str] | None = []  # None once started
+
+    def repeats_whole(self, args: str) -> bool:
+        if len(args) != self.length or not self.length or "".join(self.parts) != args:
+            return False
+        try:
+            json.loads(args)
+        except ValueError:
+            return False
+        return True
+
+
+class ToolCallAssembler:
+    """Per-response state: the calls open by index, in opening order."""
+
+    __slots__ = ("_by_index", "_open")
+
+    def __init__(self) -> None:
+        self._by_index: dict[int, _Call] = {}
+        self._open: list[_Call] = []
+
+    @property
+    def has_open(self) -> bool:
+        """True while at least one call is open."""
+        return bool(self._open)
+
+    def fragment(self, index: int, call_id: str | None, name: str | None, args: str, out: list[StreamEvent]) -> None:
+        """Apply one fragment; append the events it produces to ``out``.
+
+        Args:
+            index: the call's position (already defaulted by the caller when missing).
+            call_id: the fragment's ``id`` or ``None`` (empty counts as absent).
+            name: the function name or ``None`` (empty counts as absent).
+            args: the argument-text fragment (``""`` for none).
+        """
+        call = self._by_index.get(index)
+        if call is not None and call_id is not None and call_id != call.id:
+            self._close(call, out)
+            call = None
+        if call is None:
+            call = _Call(call_id or generated_call_id(index), index)
+            self._by_index[index] = call
+            self._open.append(call)
+        if name and call.name is None:
+            call.name = name
+            self._start(call, out)
+        if args:
+            if call.repeats_whole(args):
+                return
+            call.parts.append(args)
+            call.length += len(args)
+            if call.held is None:
+                out.append(ToolCallDeltaEvent(id=call.id, args=args))
+            else:
+                call.held.append(args)
+
+    def close_all(self, out: list[StreamEvent]) -> None:
+        """Close every open call in opening order (finish reason, ``[DONE]``, end of body)."""
+        for call in list(self._open):
+            self._close(call, out)
+
+    def _start(self, call: _Call, out: list[StreamEvent]) -> None:
+        out.append(ToolCallStartEvent(id=call.id, name=call.name or ""))
+        held = call.held
+        call.held = None
+        if held:
+            out.append(ToolCallDeltaEvent(id=call.id, args="".join(held)))
+
+    def _close(self, call: _Call, out: list[StreamEvent]) -> None:
+        if call.held is not None:
+            self._start(call, out)
+        out.append(ToolCallEndEvent(id=call.id))
+        if self._by_index.get(call.index) is call:
+            del self._by_index[call.index]
+        self._open.remove(call)

@@ -1,0 +1,1 @@
+"""Running the worker: the embedded local model's server and returning free memory."""

@@ -1,0 +1,1 @@
+"""Per-user rules of the Django layer: rate limit and quota, the usage ledger, tool policies."""

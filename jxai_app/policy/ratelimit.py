@@ -1,0 +1,295 @@
+"""Per-user rate limit (turns per minute) and quota (tokens per day) — issue 6 item 3.
+
+Shared by ``POST /ai/chat`` and the websocket turn runner: call :func:`check_turn_allowed`
+before a turn contacts the provider, and :func:`record_usage` once per provider request
+with the usage it reported (or an estimate, marked as such). Both have ``a``-prefixed async
+twins for async callers.
+
+Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`` through
+:func:`jxai_app.conf.get_limits`), overridden per user by a :class:`~jxai_app.models.UserLimits`
+row (``None`` = the default). **0 means no limit**, in settings and overrides alike.
+
+Storage is the database, which every worker process already shares (SQLite file or
+PostgreSQL), so both figures are exact with any number of workers and survive restarts.
+Django's cache is not used: its default (local memory) counts per process, and a shared
+cache may be emptied.
+
+- **Tokens per day**: the :class:`~jxai_app.models.UsageLedger` row of the user and UTC day,
+  increased by :func:`record_usage` with ``F()`` increments (:mod:`jxai_app.policy.usage`).
+- **Turns per minute**: an exact sliding window. Each admitted turn (a websocket send or an
+  ``/ai/chat`` request) adds a :class:`~jxai_app.models.TurnAdmission` row; admitting counts
+  the user's rows of the last 60 s inside one transaction that is serialised per user (on
+  PostgreSQL ``SELECT … FOR NO KEY UPDATE`` of the user's row; on SQLite the ``IMMEDIATE``
+  transaction already holds the database's write lock), so two workers can never both take
+  the last slot. Rows older than the window are deleted on the way. A refused turn adds
+  nothing.
+
+A refusal is a ``ProblemError`` with problem ``rate-limited`` or ``quota-exceeded`` (429)
+carrying ``retry_after`` (whole seconds, ≥ 1) for the ``Retry-After`` header.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import Any, Callable, Final, Mapping
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from jxai_app import conf
+from jxai_app.policy import usage as ledger
+from jxai_app.store.dbsync import database_sync_to_async
+from jxai_app.core.errors import ProblemError
+from jxai_app.core.problems import problem_error
+from jxai_app.store import sql
+
+__all__ = [
+    "Allowance",
+    "acheck_turn_allowed",
+    "allowance_for",
+    "arecord_usage",
+    "Admission",
+    "admission_from",
+    "admission_queries",
+    "check_turn_allowed",
+    "now",
+    "record_usage",
+    "tokens_used_today",
+    "turns_in_last_minute",
+]
+
+WINDOW: Final[timedelta] = timedelta(seconds=60)
+"""The rate limit's sliding window."""
+
+clock: Callable[[], float] = time.time
+"""Wall-clock seconds; tests replace it to move time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """A user's effective limits (0 = unlimited)."""
+
+    turns_per_minute: int
+    tokens_per_day: int
+
+
+def allowance_for(user: Any) -> Allowance:
+    """Settings defaults with the user's :class:`~jxai_app.models.UserLimits` overrides applied."""
+    from jxai_app.models import UserLimits
+
+    limits = conf.get_limits()
+    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day").first() or {}
+    turns = row.get("turns_per_minute")
+    tokens = row.get("tokens_per_day")
+    return Allowance(
+        turns_per_minute=int(limits.turns_per_minute if turns is None else turns),
+        tokens_per_day=int(limits.tokens_per_day if tokens is None else tokens),
+    )
+
+
+def now() -> datetime:
+    """The limiter's time: :data:`clock` as an aware UTC datetime (what
+    :func:`admission_queries` and :func:`admission_from` take)."""
+    return datetime.fromtimestamp(clock(), tz=timezone.utc)
+
+
+def _today(now: datetime) -> date:
+    return now.date()
+
+
+# -- tokens per day ------------------------------------------------------------------------
+def tokens_used_today(user: Any) -> int:
+    """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
+    return ledger.tokens_on(user.pk, _today(now()))
+
+
+def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool) -> int:
+    """Add one provider request's tokens to the user's ledger row for today (UTC).
+
+    Args:
+        user: the user who asked; ``None`` or unsaved users record nothing.
+        usage: ``{"inputTokens", "outputTokens", …}`` (the ``usage`` event's wire form or
+            the saved shape); missing or bad counts count as 0, and ``None`` records a
+            request with no tokens.
+        estimated: True when the counts are an estimate (the provider sent none). Estimates
+            count toward the quota like real figures and are also added to the ledger's
+            ``estimated_tokens`` so admin shows them as such.
+
+    Returns:
+        The tokens added (input + output).
+
+    Raises:
+        django.db.DatabaseError: the ledger could not be written.
+    """
+    if user is None or getattr(user, "pk", None) is None:
+        return 0
+    counts = ledger.counts_from(usage, estimated=estimated)
+    ledger.ledger_add(user.pk, _today(now()), counts)
+    return counts.total
+
+
+# -- turns per minute ----------------------------------------------------------------------
+def turns_in_last_minute(user: Any) -> int:
+    """Turns admitted for ``user`` in the last 60 s."""
+    from jxai_app.models import TurnAdmission
+
+    return TurnAdmission.objects.filter(user_id=user.pk, at__gt=now() - WINDOW).count()
+
+
+@sql.statement
+def _standing_row() -> str:
+    from jxai_app.models import UsageLedger, UserLimits
+
+    users = get_user_model()
+    return (
+        f"SELECT lim.{sql.column(UserLimits, 'turns_per_minute')}, lim.{sql.column(UserLimits, 'tokens_per_day')}, "
+        f"led.{sql.column(UsageLedger, 'input_tokens')}, led.{sql.column(UsageLedger, 'output_tokens')} "
+        f"FROM {sql.table(users)} usr "
+        f"LEFT JOIN {sql.table(UserLimits)} lim ON lim.{sql.column(UserLimits, 'user')} = usr.{sql.column(users, 'id')} "
+        f"LEFT JOIN {sql.table(UsageLedger)} led ON led.{sql.column(UsageLedger, 'user')} = usr.{sql.column(users, 'id')} "
+        f"AND led.{sql.column(UsageLedger, 'day')} = %s "
+        f"WHERE usr.{sql.column(users, 'id')} = %s{sql.locking('usr', no_key=True)}"
+    )
+
+
+@sql.statement
+def _window_rows(kind: str) -> str:
+    """``count``: all of a user's admissions and those after a time; ``prune``: delete
+    those at or before a time; ``add``: one more."""
+    from jxai_app.models import TurnAdmission
+
+    at, user_id, rows = sql.column(TurnAdmission, "at"), sql.column(TurnAdmission, "user"), sql.table(TurnAdmission)
+    if kind == "count":
+        return f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {at} > %s THEN 1 ELSE 0 END), 0) FROM {rows} WHERE {user_id} = %s"
+    if kind == "prune":
+        return f"DELETE FROM {rows} WHERE {user_id} = %s AND {at} <= %s"
+    return f"INSERT INTO {rows} ({user_id}, {at}) VALUES (%s, %s)"
+
+
+def admission_queries(user: Any, now: datetime) -> list[tuple[str, list[Any]]]:
+    """The two hand-written statements that admit a turn (:mod:`jxai_app.store.sql`), to
+    send with others (:func:`jxai_app.store.sql.fetch_together`); read their rows with
+    :func:`admission_from`, in the same transaction.
+
+    1. The user's standing: its row joined with its ``UserLimits`` row and today's
+       ``UsageLedger`` row. Where the database has row locks (PostgreSQL) the same statement
+       locks the user's row until the transaction ends (``FOR NO KEY UPDATE``: rows that
+       merely reference the user, such as conversations and tokens, are not blocked), which
+       serialises that user's admissions across processes; on SQLite the ``IMMEDIATE``
+       transaction already holds the database's write lock.
+    2. The user's admissions: all of them, and those of the last 60 s.
+    """
+    from jxai_app.models import TurnAdmission, UsageLedger
+
+    return [(_standing_row(), [sql.value(UsageLedger, "day", _today(now)), user.pk]),
+            (_window_rows("count"), [sql.value(TurnAdmission, "at", now - WINDOW), user.pk])]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A turn the user's allowance admits; :meth:`take` counts it in the minute's window."""
+
+    user_pk: Any
+    now: datetime
+    counted: bool
+    """False when the user has no turns-per-minute limit (nothing to count)."""
+    prune: bool
+    """True when rows older than the window exist (deleted by :meth:`take`)."""
+
+    def take_queries(self) -> list[tuple[str, list[Any]]]:
+        """The statements that record the admission, to run in the deciding transaction,
+        alone (:meth:`take`) or with others (:func:`jxai_app.store.sql.fetch_together`): one
+        INSERT, after a DELETE of the rows that left the window; none when not counted."""
+        from jxai_app.models import TurnAdmission
+
+        if not self.counted:
+            return []
+        queries = []
+        if self.prune:
+            queries.append((_window_rows("prune"), [self.user_pk, sql.value(TurnAdmission, "at", self.now - WINDOW)]))
+        queries.append((_window_rows("add"), [self.user_pk, sql.save_value(TurnAdmission, "at", self.now)]))
+        return queries
+
+    def take(self) -> None:
+        """Record the admission (:meth:`take_queries`, one round trip on PostgreSQL)."""
+        sql.fetch_together(self.take_queries())
+
+
+def admission_from(user: Any, now: datetime, results: list[list[tuple[Any, ...]]]) -> Admission:
+    """Decide on :func:`admission_queries`' rows: first the daily token quota, then the
+    turns per minute (a turn refused for quota takes no slot).
+
+    Raises:
+        ProblemError: ``quota-exceeded`` / ``rate-limited`` (see :func:`check_turn_allowed`).
+    """
+    standing, window = results
+    turns, tokens, spent_in, spent_out = standing[0] if standing else (None, None, None, None)
+    defaults = conf.get_limits()
+    turns_per_minute = int(defaults.turns_per_minute if turns is None else turns)
+    tokens_per_day = int(defaults.tokens_per_day if tokens is None else tokens)
+    used = int(spent_in or 0) + int(spent_out or 0)
+    if tokens_per_day > 0 and used >= tokens_per_day:
+        midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+        retry = max(1, math.ceil((midnight - now).total_seconds()))
+        raise problem_error("quota-exceeded", f"You have used {used} of your {tokens_per_day} tokens for today "
+                                              f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
+    if turns_per_minute <= 0:
+        return Admission(user_pk=user.pk, now=now, counted=False, prune=False)
+    total, taken = (int(n) for n in window[0])
+    if taken >= turns_per_minute:
+        raise _rate_limited(user, turns_per_minute, now)
+    return Admission(user_pk=user.pk, now=now, counted=True, prune=total > taken)
+
+
+def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
+    """The refusal once the minute's ``limit`` is used: one more fits once all but
+    ``limit - 1`` of the window's turns have left it."""
+    from jxai_app.models import TurnAdmission
+
+    newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at").values_list("at", flat=True)[:limit])
+    retry = max(1, math.ceil((newest[-1] + WINDOW - now).total_seconds()))
+    return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
+                         retry_after=retry)
+
+
+def check_turn_allowed(user: Any) -> None:
+    """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
+
+    Checked before the provider is contacted: first the daily token quota, then the turns
+    per minute (a turn refused for quota takes no slot). Two hand-written statements read
+    (:func:`admission_queries`, in one round trip on PostgreSQL), one writes the admission
+    (a fourth deletes rows that left the window), in the caller's transaction when there is
+    one (so a later refusal or conflict there rolls the admission back too), else in one of
+    its own. The send path runs the same steps split around its other reads
+    (:mod:`jxai_app.turns.launch`).
+
+    Raises:
+        ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
+            ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the
+            allowance of turns in the last 60 s is used up, ``retry_after`` = seconds until
+            the oldest counted turn leaves the window.
+        django.db.DatabaseError: the database is unreachable.
+    """
+    at = now()
+    refusal: ProblemError | None = None
+    with transaction.atomic(savepoint=False):  # the refusal is raised outside: the caller's block stays usable
+        try:
+            admission = admission_from(user, at, sql.fetch_together(admission_queries(user, at)))
+        except ProblemError as exc:
+            refusal = exc
+        else:
+            admission.take()
+    if refusal is not None:
+        raise refusal
+
+
+acheck_turn_allowed = database_sync_to_async(check_turn_allowed)
+"""Async twin of :func:`check_turn_allowed`. Runs it in a worker thread through
+:func:`jxai_app.store.dbsync.database_sync_to_async`, which closes that thread's unusable or expired
+(``CONN_MAX_AGE``) connections before and after the call, as Django does at a request's start
+and end; plain ``sync_to_async`` would leave a connection open in the thread."""
+arecord_usage = database_sync_to_async(record_usage)
+"""Async twin of :func:`record_usage` (a worker thread, connections closed as above)."""

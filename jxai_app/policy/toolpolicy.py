@@ -1,0 +1,231 @@
+"""Which tools a user's turn offers, and within what limits: tools act as the user (issue 6 item 2).
+
+The rule, one place for the turn runner and admin's "registered tools" page:
+
+- a tool with a :class:`~jxai_app.models.ToolPolicy` row is offered only when the row is
+  ``enabled`` and either it names no allowed groups, or the user is in one of them, or the
+  user is a superuser;
+- a tool without a row is offered when the setting ``JXAI_TOOLS_DEFAULT_ALLOWED`` is on
+  (default on; off makes every tool opt-in through a policy row);
+- a model without tool support is offered no tools at all.
+
+:func:`tool_view_for` turns the rule into the per-turn view the agent loop uses: a
+:class:`~jxai_app.core.tools.GatedToolRegistry` over a per-turn copy of the registry, in which a
+policy's ``timeout_seconds`` replaces the tool's own timeout (the shared registry is never
+changed) and ``max_calls_per_turn`` becomes the view's call cap. A tool the model names
+that was not offered gets a failed result (``Tool "x" is not available in this
+conversation``) even though it exists. The policy rows are read once, when the view is
+built (at the start of the turn); a change in admin applies from the next turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import prefetch_related_objects
+
+from jxai_app.core.errors import ToolError
+from jxai_app.store import sql
+from jxai_app.core.tools import GatedToolRegistry, ToolDefinition, ToolRegistry, ToolView
+
+__all__ = ["ToolRule", "default_allowed", "load_rules", "tool_view_for", "who_may_use"]
+
+logger = logging.getLogger("jxai_app.policy.toolpolicy")
+
+
+def default_allowed() -> bool:
+    """``JXAI_TOOLS_DEFAULT_ALLOWED``: whether a tool without a policy row is offered to
+    every user (default ``True``)."""
+    return bool(getattr(settings, "JXAI_TOOLS_DEFAULT_ALLOWED", True))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRule:
+    """The policy of one tool as plain data (a ``ToolPolicy`` row, or none).
+
+    Attributes:
+        name: the tool name.
+        has_policy: whether a ``ToolPolicy`` row exists; without one the other fields are
+            the defaults and :func:`default_allowed` decides.
+        enabled: the row's ``enabled``.
+        group_ids: ids of the allowed groups; empty = every user.
+        group_names: their names, sorted (for people).
+        max_calls_per_turn: the per-turn cap, ``None`` = none.
+        timeout_seconds: the timeout override in seconds, ``None`` = the tool's own.
+    """
+
+    name: str
+    has_policy: bool = False
+    enabled: bool = True
+    group_ids: frozenset[int] = frozenset()
+    group_names: tuple[str, ...] = ()
+    max_calls_per_turn: int | None = None
+    timeout_seconds: float | None = None
+
+    def allows(self, *, group_ids: Collection[int], is_superuser: bool, default: bool) -> bool:
+        """Whether a user in ``group_ids`` (superuser or not) may use the tool (module rule).
+
+        Args:
+            group_ids: ids of the user's groups.
+            is_superuser: the user's ``is_superuser``.
+            default: :func:`default_allowed`, for a tool without a policy row.
+        """
+        if not self.has_policy:
+            return default
+        if not self.enabled:
+            return False
+        return not self.group_ids or is_superuser or not self.group_ids.isdisjoint(group_ids)
+
+    def describe(self, *, default: bool) -> str:
+        """Who may use the tool, as a sentence for admin (the same rule as :meth:`allows`)."""
+        if not self.has_policy:
+            if default:
+                return "every user (no policy)"
+            return "nobody (no policy; JXAI_TOOLS_DEFAULT_ALLOWED is off)"
+        if not self.enabled:
+            return "nobody (disabled)"
+        if self.group_ids:
+            return "members of " + ", ".join(self.group_names) + ", and superusers"
+        return "every user"
+
+
+@sql.statement
+def _policy_rows(count: int | None) -> str:
+    """The ``ToolPolicy`` rows (all, or those whose name is one of ``count`` parameters)."""
+    from jxai_app.models import ToolPolicy
+
+    text = f"SELECT {sql.columns(ToolPolicy)} FROM {sql.table(ToolPolicy)}"
+    if count == 0:
+        text += " WHERE 1 = 0"
+    elif count is not None:
+        text += f" WHERE {sql.column(ToolPolicy, 'tool_name')} IN ({', '.join(['%s'] * count)})"
+    return text
+
+
+def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
+    """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query for
+    the rows, hand-written (:mod:`jxai_app.store.sql`); one for their groups when there
+    are rows).
+
+    Args:
+        names: only these tools; ``None`` for every row.
+    """
+    wanted = None if names is None else list(names)
+    if wanted == []:
+        return {}
+    rows, _ = sql.execute(*rules_query(wanted))
+    return rules_from(rows)
+
+
+def rules_query(names: Iterable[str] | None) -> tuple[str, list[Any]]:
+    """:func:`load_rules`' statement and parameters, to send with others
+    (:func:`jxai_app.store.sql.fetch_together`; every turn reads these: a remembered
+    statement instead of ORM query building); read its rows with :func:`rules_from`."""
+    wanted = None if names is None else list(names)
+    if wanted == []:  # no tool: a statement that finds nothing, keeping one result per statement
+        return _policy_rows(0), []
+    return _policy_rows(None if wanted is None else len(wanted)), wanted or []
+
+
+def rules_from(rows: list[tuple[Any, ...]]) -> dict[str, ToolRule]:
+    """The rules of :func:`rules_query`'s rows (one more query for their groups when there
+    are rows)."""
+    from jxai_app.models import ToolPolicy
+
+    rows = sql.rows_to_instances(ToolPolicy, rows)
+    if rows:
+        prefetch_related_objects(rows, "allowed_groups")
+    rules: dict[str, ToolRule] = {}
+    for row in rows:
+        groups = sorted(row.allowed_groups.all(), key=lambda g: g.name)
+        rules[row.tool_name] = ToolRule(
+            name=row.tool_name, has_policy=True, enabled=row.enabled,
+            group_ids=frozenset(g.pk for g in groups), group_names=tuple(g.name for g in groups),
+            max_calls_per_turn=row.max_calls_per_turn, timeout_seconds=row.timeout_seconds,
+        )
+    return rules
+
+
+def rule_for(name: str, rules: dict[str, ToolRule]) -> ToolRule:
+    """``rules[name]``, or the rule of a tool without a policy row."""
+    return rules.get(name) or ToolRule(name=name)
+
+
+def who_may_use(name: str, rules: dict[str, ToolRule]) -> str:
+    """Admin's "who may use it" for tool ``name`` under ``rules`` (see :meth:`ToolRule.describe`)."""
+    return rule_for(name, rules).describe(default=default_allowed())
+
+
+def effective_timeout(defn: ToolDefinition, rule: ToolRule) -> float | None:
+    """The timeout a call of ``defn`` gets under ``rule``: the policy's, else the tool's own."""
+    return defn.timeout if rule.timeout_seconds is None else rule.timeout_seconds
+
+
+def _user_groups(user: Any) -> tuple[frozenset[int], bool]:
+    if user is None or getattr(user, "pk", None) is None:
+        return frozenset(), False
+    return frozenset(user.groups.values_list("pk", flat=True)), bool(getattr(user, "is_superuser", False))
+
+
+def _with_timeout(defn: ToolDefinition, rule: ToolRule) -> ToolDefinition:
+    timeout = effective_timeout(defn, rule)
+    if timeout == defn.timeout:
+        return defn
+    try:
+        return dataclasses.replace(defn, timeout=timeout)
+    except ToolError as exc:  # a bad value written around admin's validators
+        logger.warning("tool policy %s: ignoring timeout %r (%s)", defn.name, rule.timeout_seconds, exc)
+        return defn
+
+
+def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True,
+                  rules: dict[str, ToolRule] | None = None) -> GatedToolRegistry:
+    """The tools one turn of ``user`` offers (module rule), as a fresh gated view.
+
+    Make one per turn: the view counts calls for the caps. Sync (reads ``ToolPolicy`` rows
+    and the user's groups); call it from async code through ``sync_to_async``.
+
+    Args:
+        user: the user the turn acts for (``None`` or anonymous: no groups, no superuser).
+        registry: the deployment's registry (``conf.get_tool_registry()``) or a view of it;
+            it is copied, never changed.
+        model_supports_tools: ``False`` gives a view that offers nothing.
+        rules: the registry's rules when already read (:func:`rules_query` with the names
+            of ``registry.list()``); default: read here.
+
+    Returns:
+        A :class:`~jxai_app.core.tools.GatedToolRegistry` whose ``list``/``list_for_llm`` are the
+        offered tools, with per-tool timeouts from the policies and ``max_calls_per_turn`` as
+        call caps; ``execute`` of a tool not offered answers ``{"success": false, "error":
+        'Tool "…" is not available in this conversation'}``.
+    """
+    if not model_supports_tools:
+        return registry.gated(lambda defn: False)
+    definitions = registry.list()
+    if rules is None:
+        rules = load_rules(defn.name for defn in definitions)
+    default = default_allowed()
+    if any(rule.group_ids for rule in rules.values()):
+        group_ids, is_superuser = _user_groups(user)
+    else:  # no rule limits a tool to groups: the user's groups cannot matter (one query less)
+        group_ids, is_superuser = frozenset(), False
+    offered: set[str] = set()
+    caps: dict[str, int] = {}
+    copies: list[ToolDefinition] = []
+    for defn in definitions:
+        rule = rule_for(defn.name, rules)
+        if rule.allows(group_ids=group_ids, is_superuser=is_superuser, default=default):
+            offered.add(defn.name)
+        if rule.max_calls_per_turn is not None:
+            caps[defn.name] = rule.max_calls_per_turn
+        copies.append(_with_timeout(defn, rule))
+    root = registry.root
+    turn_registry = ToolRegistry(copies, max_argument_chars=root.max_argument_chars,
+                                 max_result_chars=root.max_result_chars)
+    chosen = frozenset(offered)
+    return turn_registry.gated(lambda defn: defn.name in chosen, call_caps=caps)

@@ -1,0 +1,106 @@
+"""Saved rows → the protocol's plain dicts (``/work/notes/ws-protocol.md``, SPEC §7).
+
+Shared by the websocket consumer, the turn runner and the page's views: plain functions,
+no framework beyond the models. Shapes::
+
+    conversation  {"id", "title", "model", "status": "idle"|"streaming"|"error",
+                   "tokenCount", "contextWindow": int|None, "contextWarning",
+                   "lastError": None|{"message", "code", "problem"}, "updatedAt"}
+    message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
+                   "toolCalls": [{"id", "name", "arguments", "result", "success"}],
+                   "usage": dict|None, "stopReason", "status": "complete"|"streaming",
+                   "createdAt"}
+
+Dates are ISO 8601 strings. ``status`` of a message is ``streaming`` only for a live
+turn's placeholder (content as of its last flush), which appears only in a snapshot taken
+from the database when no runner answered (see :mod:`jxai_app.turns.session`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+
+from jxai_app.models import Conversation, Message, MessageRole
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _context_window(alias: str) -> int | None:
+    """The model's context window in tokens, or ``None`` when the alias is not configured."""
+    from jxai_app import conf  # the registry is built on first use
+    from jxai_app.core.errors import JxaiError
+
+    try:
+        return conf.get_model_registry().get(alias).context_window
+    except JxaiError:
+        return None
+
+
+def last_error_dict(conversation: Conversation) -> dict[str, Any] | None:
+    """``{"message", "code", "problem"}`` of the last failed turn, or ``None``.
+
+    ``code`` is the failed event's ``code`` when the runner kept it in the problem document
+    (extension member ``code``), else the problem's slug, else ``None``.
+    """
+    if not conversation.last_error and conversation.last_problem is None:
+        return None
+    problem = conversation.last_problem if isinstance(conversation.last_problem, dict) else None
+    code: str | None = None
+    if problem is not None:
+        raw = problem.get("code")
+        if isinstance(raw, str) and raw:
+            code = raw
+        elif isinstance(problem.get("type"), str):
+            code = problem["type"].rstrip("/").rsplit("/", 1)[-1] or None
+    return {"message": conversation.last_error, "code": code, "problem": problem}
+
+
+def conversation_dict(conversation: Conversation) -> dict[str, Any]:
+    """A conversation in protocol shape (see the module docstring)."""
+    return {
+        "id": str(conversation.pk),
+        "title": conversation.title,
+        "model": conversation.model,
+        "status": conversation.status,
+        "tokenCount": conversation.token_count,
+        "contextWindow": _context_window(conversation.model),
+        "contextWarning": conversation.context_warning,
+        "lastError": last_error_dict(conversation),
+        "updatedAt": _iso(conversation.updated_at),
+    }
+
+
+def message_dict(message: Message) -> dict[str, Any]:
+    """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
+    when serialising many (``jxai_app.store.message_list`` does)."""
+    calls = []
+    if message.role == MessageRole.ASSISTANT:
+        calls = [
+            {"id": c.call_id, "name": c.name, "arguments": c.arguments, "result": c.result, "success": c.success}
+            for c in sorted(message.tool_calls.all(), key=lambda c: c.position)
+        ]
+    return {
+        "id": message.pk,
+        "role": message.role,
+        "content": message.content,
+        "reasoning": message.reasoning_content,
+        "toolCallId": message.tool_call_id or None,
+        "toolCalls": calls,
+        "usage": message.usage,
+        "stopReason": message.stop_reason,
+        "status": message.status,
+        "createdAt": _iso(message.created_at),
+    }
+
+
+def message_dicts(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Many messages, in the order given (system messages left out: the page never shows them)."""
+    return [message_dict(m) for m in messages if m.role != MessageRole.SYSTEM]
+
+
+def conversation_dicts(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:
+    """Many conversations, in the order given."""
+    return [conversation_dict(c) for c in conversations]

@@ -233,6 +233,25 @@ def get_limits() -> Limits:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TurnTiming:
+    """How a running turn survives faults (docs/turns.md), in seconds."""
+
+    lease: float
+    """``JXAI_TURN_LEASE_SECONDS``: a turn not renewed for this long is dead (renewed every third)."""
+    store_retry: float
+    """``JXAI_STORE_RETRY_SECONDS``: how long a failed write of a finished round or turn is retried."""
+    drain: float
+    """``JXAI_DRAIN_SECONDS``: how long SIGTERM lets running turns finish."""
+
+
+def get_turn_timing() -> TurnTiming:
+    """The deployment's :class:`TurnTiming` from settings."""
+    return TurnTiming(lease=float(settings.JXAI_TURN_LEASE_SECONDS),
+                      store_retry=float(settings.JXAI_STORE_RETRY_SECONDS),
+                      drain=float(settings.JXAI_DRAIN_SECONDS))
+
+
 def cancel_on_disconnect() -> bool:
     """``JXAI_CANCEL_ON_DISCONNECT``: closing the last tab stops the turn (default off)."""
     return bool(settings.JXAI_CANCEL_ON_DISCONNECT)

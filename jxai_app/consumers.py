@@ -1,4 +1,4 @@
-"""The chat websocket ``ws/chat/`` (SPEC §7; protocol: ``/work/notes/ws-protocol.md``).
+"""The chat websocket ``ws/chat/`` (protocol: docs/websocket.md).
 
 Thin: it authenticates, checks each client frame's shape, and hands the request to the
 socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task (so a
@@ -18,8 +18,9 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 - Once the socket closed it sends nothing more and leaves no task of its own behind; a
   running turn goes on and saves on its own (``JXAI_CANCEL_ON_DISCONNECT`` to stop it when
   its last tab closes).
-- A channel layer that fails (Redis briefly down) is logged; the socket still gets its own
-  worker's frames directly.
+- The consumer never touches the channel layer itself (the worker's delivery does,
+  :mod:`jxai_app.turns.delivery`): a socket connects and works with its own worker's turns
+  while the layer is down.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import json
 import logging
 from typing import Any, Callable
 
-from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
@@ -38,9 +38,8 @@ from jxai_app import conf
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
-from jxai_app.turns.names import user_group
-from jxai_app.turns.login import still_signed_in
 from jxai_app.turns.session import Session, error_frame
+from jxai_app.web.login import still_signed_in
 
 __all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
 
@@ -131,24 +130,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     session: Session | None = None
     _watch: asyncio.Task[None] | None = None
 
+    channel_layer_alias = "jxai.consumer-uses-no-layer"
+    """Not a configured alias: Channels gives the consumer no layer channel of its own (a
+    socket must connect while the layer is down); the worker's delivery reaches every worker."""
+
     def get_hub(self) -> TurnHub:
         """The worker's hub (tests override this to play a second worker)."""
         return get_hub()
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch without the ``aclose_old_connections()`` it awaits before every
-        message: that is a thread hop (~0.3 ms under daphne) on each client frame and each
-        layer message, in front of a send's time to first token. This consumer reaches the
-        database only through ``database_sync_to_async``, which closes stale connections
-        itself before and after each call.
-
-        Raises:
-            ValueError: no handler for the message type (as Channels').
-        """
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message.get('type')!r}")
-        await handler(message)
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:
@@ -164,11 +152,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user = user
         self.hub = self.get_hub()
-        self.session = Session(hub=self.hub, user=user, send=self._send_frame, join_group=self._join,
-                               leave_group=self._leave)
-        self._user_group = user_group(user.pk) if self.hub.fanout else None
-        if self._user_group is not None:
-            await self._join(self._user_group)
+        await self.hub.ensure_started()
+        self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain)
         self.session.start()
         session_key = getattr(self.scope.get("session"), "session_key", None)
         self._watch = asyncio.ensure_future(self._watch_login(user.pk, session_key))
@@ -209,27 +194,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
         session, self.session = self.session, None
-        if session is None:
-            return
-        await session.close()
-        if self._user_group is not None:
-            await self._leave(self._user_group)
+        if session is not None:
+            await session.close()
 
     async def _send_frame(self, frame: dict[str, Any]) -> None:
         if self.session is not None:
             await self.send_json(frame)
 
-    async def _join(self, group: str) -> None:
-        try:
-            await self.channel_layer.group_add(group, self.channel_name)
-        except Exception:
-            logger.exception("channel layer: cannot join %s (this worker's frames still arrive)", group)
-
-    async def _leave(self, group: str) -> None:
-        try:
-            await self.channel_layer.group_discard(group, self.channel_name)
-        except Exception:
-            logger.exception("channel layer: cannot leave %s", group)
+    async def _close_for_drain(self, code: int) -> None:
+        await self._release()
+        await self.close(code=code)
 
     # ------------------------------------------------------------------ client → server
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -271,12 +245,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         else:
             job = lambda: session.list(frame.get("before"))  # noqa: E731
         session.submit(kind, cid, job)
-
-    # ------------------------------------------------------------------ layer → socket
-    async def jxai_frames(self, message: dict[str, Any]) -> None:
-        """Frames published on another worker (this worker's own arrived directly)."""
-        if self.session is not None and message.get("origin") != self.hub.worker_id:
-            self.session.deliver_remote(list(message.get("frames") or []), scope=str(message.get("scope")))
 
 
 __all__ += ["error_frame", "parse_frame"]

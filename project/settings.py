@@ -216,6 +216,13 @@ JXAI_TURNS_PER_MINUTE = int(os.environ.get("JXAI_TURNS_PER_MINUTE", "20"))
 JXAI_TOKENS_PER_DAY = int(os.environ.get("JXAI_TOKENS_PER_DAY", "2000000"))
 JXAI_CONVERSATIONS_PAGE_SIZE = int(os.environ.get("JXAI_CONVERSATIONS_PAGE_SIZE", "50"))
 JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))
+# Turn lifecycle under faults (docs/turns.md): the lease a running turn renews in its row,
+# how long a failed write of a finished round or turn is retried, how long SIGTERM lets
+# running turns finish, and the threads database work runs on.
+JXAI_TURN_LEASE_SECONDS = float(os.environ.get("JXAI_TURN_LEASE_SECONDS", "6"))
+JXAI_STORE_RETRY_SECONDS = float(os.environ.get("JXAI_STORE_RETRY_SECONDS", "120"))
+JXAI_DRAIN_SECONDS = float(os.environ.get("JXAI_DRAIN_SECONDS", "30"))
+JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))

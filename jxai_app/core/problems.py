@@ -60,6 +60,9 @@ PROBLEM_TYPES: Final[dict[str, ProblemType]] = {
                     "The model or provider does not support what was asked (for example, tools)."),
         ProblemType("upstream-failure", 502, "Upstream failure",
                     "The model provider failed: it refused, broke off the stream, or sent something unreadable."),
+        ProblemType("service-unavailable", 503, "Service unavailable",
+                    "This server cannot take the request now: it is shutting down, or its database is not "
+                    "answering. Retry after the delay given (another server may take it)."),
         ProblemType("upstream-timeout", 504, "Upstream timeout",
                     "The model provider did not answer in time (connect, first byte, or idle timeout)."),
     )

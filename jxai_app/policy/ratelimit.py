@@ -44,16 +44,12 @@ from jxai_app.policy import usage as ledger
 from jxai_app.store.dbsync import database_sync_to_async
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
-from jxai_app.store import sql
 
 __all__ = [
     "Allowance",
     "acheck_turn_allowed",
     "allowance_for",
     "arecord_usage",
-    "Admission",
-    "admission_from",
-    "admission_queries",
     "check_turn_allowed",
     "now",
     "record_usage",
@@ -91,8 +87,7 @@ def allowance_for(user: Any) -> Allowance:
 
 
 def now() -> datetime:
-    """The limiter's time: :data:`clock` as an aware UTC datetime (what
-    :func:`admission_queries` and :func:`admission_from` take)."""
+    """The limiter's time: :data:`clock` as an aware UTC datetime."""
     return datetime.fromtimestamp(clock(), tz=timezone.utc)
 
 
@@ -139,111 +134,6 @@ def turns_in_last_minute(user: Any) -> int:
     return TurnAdmission.objects.filter(user_id=user.pk, at__gt=now() - WINDOW).count()
 
 
-@sql.statement
-def _standing_row() -> str:
-    from jxai_app.models import UsageLedger, UserLimits
-
-    users = get_user_model()
-    return (
-        f"SELECT lim.{sql.column(UserLimits, 'turns_per_minute')}, lim.{sql.column(UserLimits, 'tokens_per_day')}, "
-        f"led.{sql.column(UsageLedger, 'input_tokens')}, led.{sql.column(UsageLedger, 'output_tokens')} "
-        f"FROM {sql.table(users)} usr "
-        f"LEFT JOIN {sql.table(UserLimits)} lim ON lim.{sql.column(UserLimits, 'user')} = usr.{sql.column(users, 'id')} "
-        f"LEFT JOIN {sql.table(UsageLedger)} led ON led.{sql.column(UsageLedger, 'user')} = usr.{sql.column(users, 'id')} "
-        f"AND led.{sql.column(UsageLedger, 'day')} = %s "
-        f"WHERE usr.{sql.column(users, 'id')} = %s{sql.locking('usr', no_key=True)}"
-    )
-
-
-@sql.statement
-def _window_rows(kind: str) -> str:
-    """``count``: all of a user's admissions and those after a time; ``prune``: delete
-    those at or before a time; ``add``: one more."""
-    from jxai_app.models import TurnAdmission
-
-    at, user_id, rows = sql.column(TurnAdmission, "at"), sql.column(TurnAdmission, "user"), sql.table(TurnAdmission)
-    if kind == "count":
-        return f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {at} > %s THEN 1 ELSE 0 END), 0) FROM {rows} WHERE {user_id} = %s"
-    if kind == "prune":
-        return f"DELETE FROM {rows} WHERE {user_id} = %s AND {at} <= %s"
-    return f"INSERT INTO {rows} ({user_id}, {at}) VALUES (%s, %s)"
-
-
-def admission_queries(user: Any, now: datetime) -> list[tuple[str, list[Any]]]:
-    """The two hand-written statements that admit a turn (:mod:`jxai_app.store.sql`), to
-    send with others (:func:`jxai_app.store.sql.fetch_together`); read their rows with
-    :func:`admission_from`, in the same transaction.
-
-    1. The user's standing: its row joined with its ``UserLimits`` row and today's
-       ``UsageLedger`` row. Where the database has row locks (PostgreSQL) the same statement
-       locks the user's row until the transaction ends (``FOR NO KEY UPDATE``: rows that
-       merely reference the user, such as conversations and tokens, are not blocked), which
-       serialises that user's admissions across processes; on SQLite the ``IMMEDIATE``
-       transaction already holds the database's write lock.
-    2. The user's admissions: all of them, and those of the last 60 s.
-    """
-    from jxai_app.models import TurnAdmission, UsageLedger
-
-    return [(_standing_row(), [sql.value(UsageLedger, "day", _today(now)), user.pk]),
-            (_window_rows("count"), [sql.value(TurnAdmission, "at", now - WINDOW), user.pk])]
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """A turn the user's allowance admits; :meth:`take` counts it in the minute's window."""
-
-    user_pk: Any
-    now: datetime
-    counted: bool
-    """False when the user has no turns-per-minute limit (nothing to count)."""
-    prune: bool
-    """True when rows older than the window exist (deleted by :meth:`take`)."""
-
-    def take_queries(self) -> list[tuple[str, list[Any]]]:
-        """The statements that record the admission, to run in the deciding transaction,
-        alone (:meth:`take`) or with others (:func:`jxai_app.store.sql.fetch_together`): one
-        INSERT, after a DELETE of the rows that left the window; none when not counted."""
-        from jxai_app.models import TurnAdmission
-
-        if not self.counted:
-            return []
-        queries = []
-        if self.prune:
-            queries.append((_window_rows("prune"), [self.user_pk, sql.value(TurnAdmission, "at", self.now - WINDOW)]))
-        queries.append((_window_rows("add"), [self.user_pk, sql.save_value(TurnAdmission, "at", self.now)]))
-        return queries
-
-    def take(self) -> None:
-        """Record the admission (:meth:`take_queries`, one round trip on PostgreSQL)."""
-        sql.fetch_together(self.take_queries())
-
-
-def admission_from(user: Any, now: datetime, results: list[list[tuple[Any, ...]]]) -> Admission:
-    """Decide on :func:`admission_queries`' rows: first the daily token quota, then the
-    turns per minute (a turn refused for quota takes no slot).
-
-    Raises:
-        ProblemError: ``quota-exceeded`` / ``rate-limited`` (see :func:`check_turn_allowed`).
-    """
-    standing, window = results
-    turns, tokens, spent_in, spent_out = standing[0] if standing else (None, None, None, None)
-    defaults = conf.get_limits()
-    turns_per_minute = int(defaults.turns_per_minute if turns is None else turns)
-    tokens_per_day = int(defaults.tokens_per_day if tokens is None else tokens)
-    used = int(spent_in or 0) + int(spent_out or 0)
-    if tokens_per_day > 0 and used >= tokens_per_day:
-        midnight = datetime.combine(_today(now) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
-        retry = max(1, math.ceil((midnight - now).total_seconds()))
-        raise problem_error("quota-exceeded", f"You have used {used} of your {tokens_per_day} tokens for today "
-                                              f"(UTC); the allowance renews in {retry} s.", retry_after=retry)
-    if turns_per_minute <= 0:
-        return Admission(user_pk=user.pk, now=now, counted=False, prune=False)
-    total, taken = (int(n) for n in window[0])
-    if taken >= turns_per_minute:
-        raise _rate_limited(user, turns_per_minute, now)
-    return Admission(user_pk=user.pk, now=now, counted=True, prune=total > taken)
-
-
 def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
     """The refusal once the minute's ``limit`` is used: one more fits once all but
     ``limit - 1`` of the window's turns have left it."""
@@ -259,12 +149,13 @@ def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot). Two hand-written statements read
-    (:func:`admission_queries`, in one round trip on PostgreSQL), one writes the admission
-    (a fourth deletes rows that left the window), in the caller's transaction when there is
-    one (so a later refusal or conflict there rolls the admission back too), else in one of
-    its own. The send path runs the same steps split around its other reads
-    (:mod:`jxai_app.turns.launch`).
+    per minute (a turn refused for quota takes no slot). The user's row is locked first
+    (``select_for_update(no_key=True)`` on PostgreSQL: rows that merely reference the user are
+    not blocked; on SQLite the ``IMMEDIATE`` transaction holds the write lock), which
+    serialises one user's admissions across processes; then the allowance, today's ledger
+    row and the window's admissions are read, rows that left the window deleted and the
+    admission added. Runs in the caller's transaction when there is one (the send's: a
+    later refusal or conflict rolls the admission back too), else in one of its own.
 
     Raises:
         ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
@@ -273,17 +164,26 @@ def check_turn_allowed(user: Any) -> None:
             the oldest counted turn leaves the window.
         django.db.DatabaseError: the database is unreachable.
     """
+    from jxai_app.models import TurnAdmission
+
     at = now()
-    refusal: ProblemError | None = None
-    with transaction.atomic(savepoint=False):  # the refusal is raised outside: the caller's block stays usable
-        try:
-            admission = admission_from(user, at, sql.fetch_together(admission_queries(user, at)))
-        except ProblemError as exc:
-            refusal = exc
-        else:
-            admission.take()
-    if refusal is not None:
-        raise refusal
+    with transaction.atomic():
+        get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
+        allowance = allowance_for(user)
+        used = ledger.tokens_on(user.pk, _today(at))
+        if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
+            midnight = datetime.combine(_today(at) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+            retry = max(1, math.ceil((midnight - at).total_seconds()))
+            raise problem_error("quota-exceeded", f"You have used {used} of your {allowance.tokens_per_day} tokens "
+                                                  f"for today (UTC); the allowance renews in {retry} s.",
+                                retry_after=retry)
+        if allowance.turns_per_minute <= 0:
+            return
+        window = TurnAdmission.objects.filter(user_id=user.pk)
+        window.filter(at__lte=at - WINDOW).delete()
+        if window.count() >= allowance.turns_per_minute:
+            raise _rate_limited(user, allowance.turns_per_minute, at)
+        TurnAdmission.objects.create(user_id=user.pk, at=at)
 
 
 acheck_turn_allowed = database_sync_to_async(check_turn_allowed)

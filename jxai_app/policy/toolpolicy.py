@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import prefetch_related_objects
 
 from jxai_app.core.errors import ToolError
-from jxai_app.store import sql
 from jxai_app.core.tools import GatedToolRegistry, ToolDefinition, ToolRegistry, ToolView
 
 __all__ = ["ToolRule", "default_allowed", "load_rules", "tool_view_for", "who_may_use"]
@@ -94,52 +92,21 @@ class ToolRule:
         return "every user"
 
 
-@sql.statement
-def _policy_rows(count: int | None) -> str:
-    """The ``ToolPolicy`` rows (all, or those whose name is one of ``count`` parameters)."""
-    from jxai_app.models import ToolPolicy
-
-    text = f"SELECT {sql.columns(ToolPolicy)} FROM {sql.table(ToolPolicy)}"
-    if count == 0:
-        text += " WHERE 1 = 0"
-    elif count is not None:
-        text += f" WHERE {sql.column(ToolPolicy, 'tool_name')} IN ({', '.join(['%s'] * count)})"
-    return text
-
-
 def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
-    """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query for
-    the rows, hand-written (:mod:`jxai_app.store.sql`); one for their groups when there
-    are rows).
+    """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query for the
+    rows, one for their groups).
 
     Args:
         names: only these tools; ``None`` for every row.
     """
-    wanted = None if names is None else list(names)
-    if wanted == []:
-        return {}
-    rows, _ = sql.execute(*rules_query(wanted))
-    return rules_from(rows)
-
-
-def rules_query(names: Iterable[str] | None) -> tuple[str, list[Any]]:
-    """:func:`load_rules`' statement and parameters, to send with others
-    (:func:`jxai_app.store.sql.fetch_together`; every turn reads these: a remembered
-    statement instead of ORM query building); read its rows with :func:`rules_from`."""
-    wanted = None if names is None else list(names)
-    if wanted == []:  # no tool: a statement that finds nothing, keeping one result per statement
-        return _policy_rows(0), []
-    return _policy_rows(None if wanted is None else len(wanted)), wanted or []
-
-
-def rules_from(rows: list[tuple[Any, ...]]) -> dict[str, ToolRule]:
-    """The rules of :func:`rules_query`'s rows (one more query for their groups when there
-    are rows)."""
     from jxai_app.models import ToolPolicy
 
-    rows = sql.rows_to_instances(ToolPolicy, rows)
-    if rows:
-        prefetch_related_objects(rows, "allowed_groups")
+    rows = ToolPolicy.objects.prefetch_related("allowed_groups")
+    if names is not None:
+        wanted = list(names)
+        if not wanted:
+            return {}
+        rows = rows.filter(tool_name__in=wanted)
     rules: dict[str, ToolRule] = {}
     for row in rows:
         groups = sorted(row.allowed_groups.all(), key=lambda g: g.name)
@@ -183,8 +150,7 @@ def _with_timeout(defn: ToolDefinition, rule: ToolRule) -> ToolDefinition:
         return defn
 
 
-def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True,
-                  rules: dict[str, ToolRule] | None = None) -> GatedToolRegistry:
+def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True) -> GatedToolRegistry:
     """The tools one turn of ``user`` offers (module rule), as a fresh gated view.
 
     Make one per turn: the view counts calls for the caps. Sync (reads ``ToolPolicy`` rows
@@ -195,8 +161,6 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
         registry: the deployment's registry (``conf.get_tool_registry()``) or a view of it;
             it is copied, never changed.
         model_supports_tools: ``False`` gives a view that offers nothing.
-        rules: the registry's rules when already read (:func:`rules_query` with the names
-            of ``registry.list()``); default: read here.
 
     Returns:
         A :class:`~jxai_app.core.tools.GatedToolRegistry` whose ``list``/``list_for_llm`` are the
@@ -207,8 +171,7 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     if not model_supports_tools:
         return registry.gated(lambda defn: False)
     definitions = registry.list()
-    if rules is None:
-        rules = load_rules(defn.name for defn in definitions)
+    rules = load_rules(defn.name for defn in definitions)
     default = default_allowed()
     if any(rule.group_ids for rule in rules.values()):
         group_ids, is_superuser = _user_groups(user)

@@ -6,94 +6,54 @@ Services (keyword-only; every one that takes a conversation id also takes the re
 user and raises ``ProblemError`` ``not-found`` for a missing, malformed or foreign id)::
 
     conversation_create(*, user, model, title="", system_prompt=None) -> Conversation
-    conversation_get(*, user, conversation_id, stale_after=30.0) -> Conversation   (recovers)
+    conversation_get(*, user, conversation_id) -> Conversation
     conversation_list(*, user) -> QuerySet[Conversation]                          (recent first)
-    message_list(*, user, conversation_id, stale_after=30.0) -> (Conversation, [Message])
+    message_list(*, user, conversation_id) -> (Conversation, [Message])
+    conversation_page(*, user, before=None, size) -> (list[Conversation], next cursor | None)
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
-    message_send(*, user, conversation_id, text, model=None, stale_after=30.0) -> TurnStart
-    turn_open(*, conversation, text, model=None, stale_after=30.0, turn_id=None,
-              history=None, also=()) -> TurnOpened                                          (locked row)
-    history_queries(conversation_id) -> [(sql, params)]; history_from(rows) -> History
+    message_send(*, user, conversation_id | None, text, model=None, admit=True, lease=6.0) -> TurnStart
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
-    turns_recover(*, stale_after=30.0, everything=False) -> int
+    turns_recover(*, lease=6.0, everything=False) -> [Recovered]
 
-A running turn writes through a :class:`TurnRecorder` (bounded writes; see its module).
+A running turn writes through a :class:`TurnRecorder` (a few writes per round; see its module).
 """
 
 from __future__ import annotations
 
-from jxai_app.store.common import (
-    FLUSH_INTERVAL_SECONDS,
-    KEEPALIVE_INTERVAL_SECONDS,
-    STALE_AFTER_SECONDS,
-)
+from jxai_app.store.common import LEASE_SECONDS
 from jxai_app.store.conversation import (
     conversation_create,
     conversation_delete,
     conversation_get,
     conversation_list,
+    conversation_page,
     conversation_rename,
     message_list,
 )
 from jxai_app.store.recorder import TurnRecorder
-from jxai_app.store.recovery import turn_abandon, turn_is_stale, turns_recover
+from jxai_app.store.recovery import Recovered, lease_lapsed, turn_abandon, turns_recover
 from jxai_app.store.search import conversation_search
-from jxai_app.store.turn import (
-    History,
-    TurnOpened,
-    history_from,
-    history_queries,
-    TurnStart,
-    message_retry,
-    message_send,
-    tool_result_attach,
-    turn_cancel,
-    turn_open,
-)
+from jxai_app.store.turn import TurnStart, message_retry, message_send, tool_result_attach, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
     context_warning,
+    estimate_tokens,
+    round_usage,
     usage_estimate,
     usage_from,
 )
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [
-    "FLUSH_INTERVAL_SECONDS",
-    "KEEPALIVE_INTERVAL_SECONDS",
-    "STALE_AFTER_SECONDS",
-    "History",
-    "TurnOpened",
-    "history_from",
-    "history_queries",
-    "TurnRecorder",
-    "TurnStart",
-    "context_tokens",
-    "context_warning",
-    "conversation_create",
-    "conversation_delete",
-    "conversation_get",
-    "conversation_list",
-    "conversation_rename",
-    "conversation_search",
-    "conversations_export",
-    "message_list",
-    "message_retry",
-    "message_send",
-    "messages_to_wire",
-    "to_messages",
-    "tool_result_attach",
-    "turn_abandon",
-    "turn_cancel",
-    "turn_is_stale",
-    "turn_open",
-    "turns_recover",
-    "usage_estimate",
-    "usage_from",
+    "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
+    "conversation_create", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
+    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed",
+    "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "to_messages",
+    "tool_result_attach", "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

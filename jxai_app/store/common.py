@@ -15,14 +15,10 @@ from django.db.models import Max, QuerySet
 from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, Message
 from jxai_app.core.problems import problem_error
-from jxai_app.store import sql
 
-FLUSH_INTERVAL_SECONDS: Final[float] = 2.0
-"""Most one placeholder write per this many seconds while streaming (SPEC §6)."""
-KEEPALIVE_INTERVAL_SECONDS: Final[float] = 10.0
-"""A running turn should show life at least this often (see ``TurnRecorder.keepalive``)."""
-STALE_AFTER_SECONDS: Final[float] = 30.0
-"""A streaming turn with no write for this long is dead (recovery threshold)."""
+LEASE_SECONDS: Final[float] = 6.0
+"""Default lease of a running turn (``JXAI_TURN_LEASE_SECONDS``): its runner renews it every
+third of this; a turn whose lease is older is dead and any worker recovers it (docs/turns.md)."""
 TITLE_MAX_CHARS: Final[int] = 60
 """Length of a title derived from the first user message."""
 
@@ -83,49 +79,6 @@ def get_owned(user: Any, conversation_id: Any, *, for_update: bool = False) -> C
     if conversation is None:
         raise not_found()
     return conversation
-
-
-@sql.statement
-def _locked_row() -> str:
-    return (f"SELECT {sql.columns(Conversation)} FROM {sql.table(Conversation)} "
-            f"WHERE {sql.column(Conversation, 'id')} = %s AND {sql.column(Conversation, 'owner')} = %s{sql.locking()}")
-
-
-def lock_owned(user: Any, conversation_id: Any) -> Conversation:
-    """:func:`get_owned` with ``for_update=True`` in one hand-written statement (the send
-    path, :mod:`jxai_app.store.sql`): the row of a conversation ``user`` owns, locked until
-    the transaction ends where the database has row locks.
-
-    Raises:
-        ProblemError: ``not-found`` for a missing, foreign or malformed id (or no user).
-    """
-    rows, _ = sql.execute(*lock_owned_query(user, conversation_id))
-    return locked_from(rows)
-
-
-def lock_owned_query(user: Any, conversation_id: Any) -> tuple[str, list[Any]]:
-    """:func:`lock_owned`'s statement and parameters, to send with others
-    (:func:`jxai_app.store.sql.fetch_together`); read its rows with :func:`locked_from`.
-
-    Raises:
-        ProblemError: ``not-found`` for a malformed id or no user (nothing to ask).
-    """
-    cid = parse_id(conversation_id)
-    if cid is None or user is None or not getattr(user, "is_authenticated", False) or user.pk is None:
-        raise not_found()
-    return _locked_row(), [sql.value(Conversation, "id", cid), user.pk]
-
-
-def locked_from(rows: list[tuple[Any, ...]]) -> Conversation:
-    """The conversation of :func:`lock_owned_query`'s rows.
-
-    Raises:
-        ProblemError: ``not-found`` when there is none (missing or foreign).
-    """
-    found = sql.rows_to_instances(Conversation, rows)
-    if not found:
-        raise not_found()
-    return found[0]
 
 
 def next_position(conversation_id: uuid.UUID) -> int:

@@ -8,15 +8,15 @@ a missing, malformed or foreign id alike.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jxai_app.models import Conversation, Message, MessageRole
-from jxai_app.store.common import STALE_AFTER_SECONDS, get_owned, invalid, not_found, owned, owned_one
-from jxai_app.store.recovery import turn_abandon, turn_is_stale
+from jxai_app.store.common import get_owned, invalid, not_found, owned, owned_one
 from jxai_app.store.wire import with_tool_calls
 
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
@@ -49,20 +49,14 @@ def conversation_create(
     return conversation
 
 
-def conversation_get(
-    *, user: Any, conversation_id: uuid.UUID | str, stale_after: float = STALE_AFTER_SECONDS
-) -> Conversation:
-    """Open a conversation ``user`` owns, first dropping a partial message whose turn died
-    (SPEC §6 "dropped … at the next access to the conversation").
+def conversation_get(*, user: Any, conversation_id: uuid.UUID | str) -> Conversation:
+    """A conversation ``user`` owns. A turn that died is recovered by the workers' lease watch
+    within seconds (:mod:`jxai_app.store.recovery`), not here.
 
     Raises:
         ProblemError: ``not-found`` for a missing, malformed or foreign id.
     """
-    conversation = get_owned(user, conversation_id)
-    if turn_is_stale(conversation, stale_after=stale_after):
-        turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, stale_after=stale_after)
-        conversation.refresh_from_db()
-    return conversation
+    return get_owned(user, conversation_id)
 
 
 def conversation_list(*, user: Any) -> QuerySet[Conversation]:
@@ -71,17 +65,49 @@ def conversation_list(*, user: Any) -> QuerySet[Conversation]:
     return owned(user).order_by("-updated_at")
 
 
-def message_list(
-    *, user: Any, conversation_id: uuid.UUID | str, stale_after: float = STALE_AFTER_SECONDS
-) -> tuple[Conversation, list[Message]]:
-    """Open a conversation (as :func:`conversation_get`) and return it with its messages in
-    position order, calls prefetched in call order. A live turn's placeholder is included
-    (status ``streaming``, content as of the last flush).
+def conversation_page(*, user: Any, size: int, before: str | None = None) -> tuple[list[Conversation], str | None]:
+    """One page of ``user``'s conversations, most recently updated first (ties by id), after
+    the cursor ``before``.
+
+    Returns:
+        ``(conversations, next)``: at most ``size`` rows and the cursor of the following page
+        (``"<updatedAt ISO>|<id>"``), ``None`` when there is none.
+
+    Raises:
+        ProblemError: ``invalid-request`` when ``before`` is not such a cursor.
+    """
+    size = max(1, size)
+    rows = owned(user).order_by("-updated_at", "-pk")
+    if before is not None:
+        at, pk = _cursor(before)
+        rows = rows.filter(Q(updated_at__lt=at) | Q(updated_at=at, pk__lt=pk))
+    page = list(rows[: size + 1])
+    if len(page) <= size:
+        return page, None
+    last = page[size - 1]
+    return page[:size], f"{last.updated_at.isoformat()}|{last.pk}"
+
+
+def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        at, pk = before.split("|")
+        parsed = datetime.fromisoformat(at)
+        if parsed.tzinfo is None:
+            raise ValueError("naive")
+        return parsed, uuid.UUID(pk)
+    except ValueError:
+        raise invalid("'list': 'before' must be the 'next' cursor of a previous 'conversations' frame.") from None
+
+
+def message_list(*, user: Any, conversation_id: uuid.UUID | str) -> tuple[Conversation, list[Message]]:
+    """A conversation ``user`` owns with its messages in position order, calls prefetched in
+    call order. A running turn's placeholder is included (status ``streaming``, empty: its
+    text lives in the runner until the round ends).
 
     Raises:
         ProblemError: ``not-found`` for a missing, malformed or foreign id.
     """
-    conversation = conversation_get(user=user, conversation_id=conversation_id, stale_after=stale_after)
+    conversation = conversation_get(user=user, conversation_id=conversation_id)
     messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
     return conversation, list(messages)
 

@@ -17,12 +17,17 @@ closing that connection would lose the caller's transaction.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from asgiref.sync import SyncToAsync
-from django.db import connections
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections
 
-__all__ = ["DatabaseSyncToAsync", "close_stale_connections", "database_sync_to_async"]
+from jxai_app.core.problems import problem_error
+
+__all__ = ["DatabaseSyncToAsync", "close_stale_connections", "database_sync_to_async", "db_request", "db_thread_call"]
 
 
 def close_stale_connections() -> None:
@@ -48,3 +53,34 @@ class DatabaseSyncToAsync(SyncToAsync):
 
 database_sync_to_async = DatabaseSyncToAsync
 """Use as ``await database_sync_to_async(func)(*args)`` or as a decorator."""
+
+
+@functools.cache
+def _db_threads() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, int(settings.JXAI_DB_THREADS)), thread_name_prefix="jxai-db")
+
+
+def db_thread_call(func: Callable[..., Any]) -> DatabaseSyncToAsync:
+    """``func`` as a coroutine function run in one of the worker's database threads
+    (``JXAI_DB_THREADS``, default 8), in parallel with other calls: the turns' database work
+    does not queue behind one thread (asgiref's thread-sensitive default). Each thread keeps
+    its own connection (``CONN_MAX_AGE``, checked before reuse) and closes it as
+    :class:`DatabaseSyncToAsync` does. Not for code that must see the caller's own
+    transaction (a sync test's, under ``async_to_sync``): that needs
+    :func:`database_sync_to_async`."""
+    return DatabaseSyncToAsync(func, thread_sensitive=False, executor=_db_threads())
+
+
+async def db_request(func: Callable[..., Any], *args: Any) -> Any:
+    """``func(*args)`` for a client's request, in a database thread (:func:`db_thread_call`).
+
+    Raises:
+        ProblemError: ``service-unavailable`` (with ``retry_after``) when the database cannot
+            be reached; a transaction ``func`` opened did not commit, so nothing was saved.
+        Whatever else ``func`` raises.
+    """
+    try:
+        return await db_thread_call(func)(*args)
+    except (OperationalError, InterfaceError) as exc:
+        raise problem_error("service-unavailable", "The database is not answering; nothing was saved. "
+                                                   "Try again in a moment.", retry_after=2) from exc

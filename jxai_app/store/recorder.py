@@ -1,45 +1,21 @@
-"""The turn recorder: applies one turn's stream to the database with bounded writes.
+"""The turn recorder: a running turn's writes, each one short transaction (docs/store.md).
 
-The turn runner holds one :class:`TurnRecorder` per turn (all rounds of the agent loop).
-Deltas, reasoning and tool-call fragments are buffered **in memory**; the placeholder's
-text reaches the database at most once every ``flush_interval`` seconds while streaming
-and once at the end of the round, never once per delta (SPEC §6, issue 7).
+The turn's runner holds one :class:`TurnRecorder` for all rounds of the agent loop. Nothing
+is written per delta: the agent loop assembles each round's assistant message, and the
+recorder saves what the loop assembled when the round ends. Writes per turn::
 
-Writes per assistant message (INSERT/UPDATE/DELETE statements)::
+    send                 claim + one INSERT of user message and placeholder (message_send)
+    renew_lease          1 UPDATE every third of the lease
+    finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
+    begin_round          1 INSERT of the next placeholder (rounds after tool results)
+    attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
+    end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
 
-    send                 2   conversation UPDATE (the one-turn lock) + one INSERT of
-                             user message and placeholder          (message_send)
-    begin_round          1   INSERT of the next placeholder        (later rounds)
-    flush                1   placeholder UPDATE, ≤ 1 per flush_interval while streaming,
-                             or a heartbeat UPDATE after keepalive_interval of silence
-    finish_round         1   placeholder UPDATE (+1 INSERT of all its calls when it has any)
-    attach_tool_result   2   INSERT of the tool reply + UPDATE of the call
-    end_turn             1   conversation UPDATE (or inside finish_round(last=True))
-
-So a one-round answer costs 4 + one per 2 s of streaming; a first round with calls
-4 + one per 2 s + 2 per call; a later round (placeholder INSERT instead of the send) one
-write less than that.
-
-Methods **that never touch the database** (cheap, call them on the event loop: the five
-stream methods, ``set_usage``, ``record``, ``snapshot`` and the properties), the flush rules,
-``flush`` and ``keepalive`` live in the base class,
-:class:`~jxai_app.store.recorder_stream.RecorderStream`; this module adds the round and
-turn-end writes. The stream methods and ``record`` return ``flush_due``: when True, call
-``flush()``.
-
-Methods **that may write** (sync; from async code call them through
-``asgiref.sync.sync_to_async``, one at a time): ``flush``, ``keepalive``, ``begin_round``,
-``finish_round``, ``attach_tool_result``, ``add_assistant_message``, ``end_turn``, ``fail``,
-``cancel``. A memory method may run while a flush runs in another thread (a lock guards
-the buffers); two writing methods must not run at once.
-
-The turn is **lost** when its rows show it no longer owns the conversation (Stop from
-another worker, recovery, the conversation deleted): the writing methods then return
-False (or ``None``), write nothing more, and :attr:`lost` is True: stop the turn quietly.
-
-While nothing streams for a while (a slow first token, a long tool run) the runner should
-call ``flush()`` every few seconds: it writes a heartbeat only when ``keepalive_interval``
-passed without any write, so the recovery of dead turns (30 s) never takes a live one.
+Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
+show the turn is no longer this recorder's (Stop handled by another worker, the
+conversation deleted, the turn recovered after its lease lapsed) it writes nothing, returns
+False and :attr:`lost` is True. A method whose transaction failed (``DatabaseError``) changed
+nothing and may be called again with the same arguments.
 """
 
 from __future__ import annotations
@@ -51,98 +27,147 @@ from django.db import transaction
 from django.utils import timezone
 
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.policy import ratelimit
 from jxai_app.store.common import next_position
-from jxai_app.store.recorder_stream import RecorderStream
-from jxai_app.store.turn import tool_result_insert
-from jxai_app.store.usage import context_tokens, usage_estimate, usage_from
-from jxai_app.core.streaming.events import UsageEvent
+from jxai_app.store.turn import TurnStart, tool_result_insert
+from jxai_app.store.usage import context_tokens, context_warning
 
-__all__ = ["RecorderStream", "TurnRecorder"]
+__all__ = ["TurnRecorder"]
 
 
-class TurnRecorder(RecorderStream):
-    """Buffers one turn's stream and writes it with bounded writes (see module docstring).
+class TurnRecorder:
+    """Writes one turn (module docstring).
 
-    The constructor (``turn``, ``context_window``, ``clock``, ``flush_interval``,
-    ``keepalive_interval``), the buffering, the flush rules, ``flush`` and ``keepalive`` are
-    :class:`~jxai_app.store.recorder_stream.RecorderStream`'s; this class adds the round and
-    turn-end writes.
+    Args:
+        turn: what :func:`~jxai_app.store.message_send` saved.
+        user: the turn's user (whose usage ledger each round's tokens go to).
+        context_window: the model's context window in tokens, for the 80 % warning (``None``
+            or 0: never warn).
     """
 
-    # ------------------------------------------------------------------ round and turn-end writes
+    def __init__(self, turn: TurnStart, *, user: Any, context_window: int | None = None) -> None:
+        self.conversation_id = turn.conversation_id
+        self.turn_id = turn.turn_id
+        self.model = turn.model
+        self.user = user
+        self.context_window = context_window
+        self.message_id: int | None = turn.assistant_message_id
+        """The round's assistant message (the placeholder while a round is open)."""
+        self.round_open = True
+        self.lost = False
+        """True once the rows showed the turn is no longer this recorder's."""
+        self.ended = False
+        self._token_count: int | None = None
+
+    # ------------------------------------------------------------------ guards
     def _owns_turn(self) -> bool:
         """Inside a transaction: lock the conversation row and check the turn is ours."""
         rows = Conversation.objects.select_for_update().filter(
-            pk=self.conversation_id, turn_id=self.turn_id, status=ConversationStatus.STREAMING
-        )
-        return bool(list(rows.values_list("pk", flat=True)))
+            pk=self.conversation_id, turn_id=self.turn_id, status=ConversationStatus.STREAMING)
+        return rows.exists()
 
-    def _insert_assistant(self, **fields: Any) -> Message | None:
-        """INSERT an assistant message of this turn's model at the conversation's next
-        position with ``fields``, in a transaction that first checks the turn is ours;
-        ``None`` (and the turn marked lost) when it is not."""
-        with transaction.atomic():
-            if not self._owns_turn():
-                self._mark_lost()
-                return None
-            return Message.objects.create(
-                conversation_id=self.conversation_id, position=next_position(self.conversation_id),
-                role=MessageRole.ASSISTANT, model=self.model, **fields,
-            )
+    def _lose(self) -> bool:
+        self.lost = self.ended = True
+        self.round_open = False
+        self.message_id = None
+        return False
 
-    def finish_round(
-        self, *, stop_reason: str, usage: UsageEvent | Mapping[str, Any] | None = None,
-        input_estimate: int = 0, last: bool = False,
-    ) -> bool:
-        """Complete the round's message: final text, reasoning, usage, stop reason, status
-        ``complete`` (1 UPDATE) and its calls (1 INSERT when any), in one transaction (CS-17:
-        the message stays even when empty; the wire leaves empty ones out).
+    # ------------------------------------------------------------------ the lease
+    def renew_lease(self) -> bool:
+        """Renew the turn's lease (1 UPDATE). Returns False when the turn is lost."""
+        if self.ended:
+            return not self.lost
+        renewed = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id,
+                                              status=ConversationStatus.STREAMING).update(turn_heartbeat=timezone.now())
+        return bool(renewed) or self._lose()
+
+    # ------------------------------------------------------------------ rounds
+    def finish_round(self, *, message: Mapping[str, Any] | None, stop_reason: str, usage: Mapping[str, Any] | None,
+                     estimated: bool, call_started: Mapping[str, datetime] | None = None) -> bool:
+        """Complete the round's message with what the agent loop assembled (CS-17: the row
+        stays even when empty; the wire leaves empty ones out), in one transaction: the
+        placeholder's UPDATE, one INSERT of its calls, and the round's tokens in the user's
+        usage ledger (the same figures as the row, so they always agree).
 
         Args:
-            stop_reason: the ``done`` event's stop reason; ``cancelled`` means :meth:`cancel`.
-            usage: the provider's usage; defaults to the ``usage`` event recorded. Missing or
-                invalid (CS-25) → an estimate marked ``estimated`` (``input_estimate`` tokens in,
-                produced characters / 4 out).
-            input_estimate: the caller's token estimate of the request, used only for estimates.
-            last: also end the turn (as :meth:`end_turn`, +1 UPDATE) in the same transaction.
+            message: the loop's assistant wire message (``content``, ``reasoning_content``,
+                ``tool_calls``) or ``None`` when the round drew nothing.
+            stop_reason: the round's ``done`` stop reason.
+            usage: the round's usage in the saved shape (:func:`jxai_app.store.usage.round_usage`),
+                ``None`` when there is nothing to count.
+            estimated: the usage is an estimate (the provider sent none).
+            call_started: when each call's ``tool_call_start`` arrived, by call id.
 
         Returns:
             False when the turn is lost; True otherwise (also when no round was open).
         """
-        if stop_reason == "cancelled":
-            return self.cancel()
-        if not self._streaming:
-            return self.end_turn() if last else not self._lost
-        self._streaming = False
-        self._last_write = self._clock()
-        text, reasoning, calls = self._round.close()
-        saved_usage: dict[str, Any] | None = usage_from(usage if usage is not None else self._usage)
-        if saved_usage is None:
-            produced = len(text) + len(reasoning or "") + sum(len(c.arguments) for c in calls)
-            saved_usage = usage_estimate(input_tokens=input_estimate, output_chars=produced)
-        tokens = context_tokens(saved_usage, reasoning_replayed=reasoning is not None and bool(text or calls))
+        if self.ended or not self.round_open:
+            return not self.lost
+        message = message or {}
+        text = message.get("content") or ""
+        reasoning = message.get("reasoning_content")
+        calls = message.get("tool_calls") or []
+        started = call_started or {}
         now = timezone.now()
         with transaction.atomic():
-            written = Message.objects.filter(pk=self._message_id, status=MessageStatus.STREAMING).update(
-                content=text, reasoning_content=reasoning, usage=saved_usage, stop_reason=stop_reason,
-                status=MessageStatus.COMPLETE, updated_at=now,
-            )
+            written = Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).update(
+                content=text, reasoning_content=reasoning, usage=dict(usage) if usage else None,
+                stop_reason=stop_reason, status=MessageStatus.COMPLETE, updated_at=now)
             if not written:
-                return self._mark_lost()
-            if calls:
-                ToolCall.objects.bulk_create([
-                    ToolCall(message_id=self._message_id, position=i, call_id=c.call_id, name=c.name,
-                             arguments=c.arguments, started_at=c.started_at)
-                    for i, c in enumerate(calls)
-                ])
-            self._token_count = tokens
-            if last:
-                return self._end(status=ConversationStatus.IDLE, now=now)
+                return self._lose()
+            ToolCall.objects.bulk_create([
+                ToolCall(message_id=self.message_id, position=i, call_id=c["id"], name=c["function"]["name"],
+                         arguments=c["function"]["arguments"], started_at=started.get(c["id"], now))
+                for i, c in enumerate(calls)])
+            if usage:
+                ratelimit.record_usage(self.user, usage, estimated=estimated)
+        self.round_open = False
+        if usage:
+            self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
         return True
 
+    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
+        """Count a round that saved no message (an error, or Stop) in the user's ledger: its
+        tokens were spent all the same (1 upsert; nothing when ``usage`` is ``None``)."""
+        if usage:
+            ratelimit.record_usage(self.user, usage, estimated=estimated)
+
+    def begin_round(self) -> bool:
+        """Open the next round's placeholder (1 INSERT) after tool results (CS-4: nothing while
+        a round is open). Returns False when lost or ended."""
+        if self.ended:
+            return False
+        if self.round_open:
+            return True
+        placeholder = self._insert_assistant(status=MessageStatus.STREAMING)
+        if placeholder is None:
+            return False
+        self.message_id, self.round_open = placeholder.pk, True
+        return True
+
+    def add_assistant_message(self, content: str) -> bool:
+        """Append a complete assistant message the loop wrote itself, e.g. the round-cap
+        summary (1 INSERT; no usage: no model request made it). Returns False when lost/ended."""
+        if self.ended:
+            return False
+        message = self._insert_assistant(content=content, stop_reason="stop")
+        if message is None:
+            return False
+        self.message_id = message.pk
+        return True
+
+    def _insert_assistant(self, **fields: Any) -> Message | None:
+        with transaction.atomic():
+            if not self._owns_turn():
+                self._lose()
+                return None
+            return Message.objects.create(conversation_id=self.conversation_id,
+                                          position=next_position(self.conversation_id),
+                                          role=MessageRole.ASSISTANT, model=self.model, **fields)
+
     def attach_tool_result(self, *, call_id: str, content: str, success: bool | None = None) -> Message | None:
-        """Save a tool's result: the ``tool`` reply (1 INSERT) and the call's result,
-        success and finish time (1 UPDATE), for the nearest call with that id (CS-12 … CS-15).
+        """Save a tool's result: the ``tool`` reply (1 INSERT) and the call's result, success
+        and finish time (1 UPDATE), for the nearest call with that id (CS-12 … CS-15).
 
         Returns:
             The saved ``tool`` message, or ``None`` when the turn is lost or ended.
@@ -151,88 +176,50 @@ class TurnRecorder(RecorderStream):
             ProblemError: ``invalid-request`` for an unknown call id, a call already answered,
                 or non-text content; nothing is written.
         """
-        if self._ended:
+        if self.ended:
             return None
         with transaction.atomic():
             if not self._owns_turn():
-                self._mark_lost()
+                self._lose()
                 return None
-            reply = tool_result_insert(conversation_id=self.conversation_id, call_id=call_id,
-                                       content=content, success=success, now=timezone.now())
-        self._last_write = self._clock()
-        return reply
+            return tool_result_insert(conversation_id=self.conversation_id, call_id=call_id, content=content,
+                                      success=success, now=timezone.now())
 
-    def begin_round(self) -> bool:
-        """Open the next round's placeholder (1 INSERT) after tool results (CS-4: ignored while
-        a round is open). Clears the round buffers and usage. Returns False when lost/ended."""
-        if self._ended:
-            return False
-        if self._streaming:
-            return True
-        placeholder = self._insert_assistant(status=MessageStatus.STREAMING)
-        if placeholder is None:
-            return False
-        self._round.clear()
-        self._message_id, self._usage, self._streaming = placeholder.pk, None, True
-        self._last_write = self._clock()
-        return True
-
-    def add_assistant_message(self, content: str, *, stop_reason: str = "stop") -> bool:
-        """Append a complete assistant message the loop wrote itself, e.g. the round-cap
-        summary (1 INSERT; no usage, since no model request made it). Returns False when
-        lost/ended."""
-        if self._ended:
-            return False
-        message = self._insert_assistant(content=content, stop_reason=stop_reason)
-        if message is None:
-            return False
-        self._message_id = message.pk
-        self._last_write = self._clock()
-        return True
-
+    # ------------------------------------------------------------------ the turn's end
     def end_turn(self) -> bool:
         """End the turn normally: conversation idle, turn cleared, token count and context
-        warning from the last request (1 UPDATE). A round still open is finished first with
-        stop reason ``stop``. Returns False when lost (already ended elsewhere)."""
-        if self._ended:
-            return not self._lost
-        if self._streaming:
-            return self.finish_round(stop_reason="stop", last=True)
-        return self._end(status=ConversationStatus.IDLE, now=timezone.now())
+        warning from the last request (1 UPDATE; a round still open is dropped as partial).
+        Returns False when lost."""
+        return self._end(status=ConversationStatus.IDLE)
 
     def fail(self, message: str, problem: Mapping[str, Any] | None = None) -> bool:
-        """End the turn with an error (CS-18): delete the partial placeholder and its calls,
-        keep completed rounds, status ``error`` with ``last_error``/``last_problem`` for the
+        """End the turn with an error (CS-18): the partial placeholder and its calls deleted,
+        completed rounds kept, status ``error`` with ``last_error``/``last_problem`` for the
         Retry banner. Returns False when lost."""
-        return self._drop_partial(status=ConversationStatus.ERROR, error=message, problem=problem)
+        return self._end(status=ConversationStatus.ERROR, error=message, problem=problem)
 
     def cancel(self) -> bool:
-        """Stop the turn (CS-19): delete the partial placeholder and its calls, keep completed
-        rounds, status ``idle``, error cleared. Returns False when lost."""
-        return self._drop_partial(status=ConversationStatus.IDLE)
+        """Stop the turn (CS-19): the partial placeholder and its calls deleted, completed
+        rounds kept, status ``idle``, error cleared. Returns False when lost."""
+        return self._end(status=ConversationStatus.IDLE)
 
-    def _drop_partial(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None) -> bool:
-        if self._ended:
-            return not self._lost
-        with transaction.atomic():
-            if self._message_id is not None:  # also after a finish_round whose write failed
-                Message.objects.filter(pk=self._message_id, status=MessageStatus.STREAMING).delete()
-            ended = self._end(status=status, now=timezone.now(), error=error, problem=problem)
-        self._streaming, self._message_id = False, None
-        self._round.clear()
-        return ended
-
-    def _end(self, *, status: str, now: datetime, error: str = "",
-             problem: Mapping[str, Any] | None = None) -> bool:
-        """The conversation UPDATE that ends the turn (guarded by ``turn_id``)."""
+    def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None) -> bool:
+        if self.ended:
+            return not self.lost
         changes: dict[str, Any] = {
-            "status": status, "turn_id": None, "turn_heartbeat": None, "updated_at": now,
+            "status": status, "turn_id": None, "turn_heartbeat": None, "updated_at": timezone.now(),
             "last_error": error, "last_problem": dict(problem) if problem is not None else None,
         }
         if self._token_count is not None:
             changes["token_count"] = self._token_count
-            changes["context_warning"] = self.context_warning
-        written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
-        self._ended = True
-        self._streaming = False
-        return bool(written) or self._mark_lost()
+            changes["context_warning"] = context_warning(self._token_count, self.context_window)
+        with transaction.atomic():
+            if self.round_open and self.message_id is not None:
+                Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
+            written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
+            if not written:
+                transaction.set_rollback(True)
+        if not written:
+            return self._lose()
+        self.ended, self.round_open = True, False
+        return True

@@ -1,103 +1,120 @@
-"""Dropping partial messages whose turn no longer runs (SPEC §6, issue 7 "Recovery").
+"""Turns whose worker died: the lease rule and the recovery (docs/turns.md "Leases").
 
-A turn is **alive** while it shows life: ``Conversation.turn_heartbeat`` (set by a send,
-refreshed by ``TurnRecorder.keepalive``) or any write to one of the conversation's messages
-(placeholder flushes every 2 s while text streams, a round's end, a tool reply) happened
-within the threshold (default :data:`~jxai_app.store.common.STALE_AFTER_SECONDS`). Using
-the message writes as heartbeats keeps a flush at one write (the write budget, issue 7).
+A running turn holds a **lease** in its conversation row: ``Conversation.turn_heartbeat`` is
+set by the send and renewed by the turn's runner every third of the lease
+(:meth:`jxai_app.store.TurnRecorder.renew_lease`). A turn whose lease is older than
+``lease`` seconds (``JXAI_TURN_LEASE_SECONDS``, default 6) is **dead**: its worker was
+killed, or lost the database for longer than that.
 
-A dead turn is abandoned: its streaming placeholder (and any calls) is deleted, completed
-messages stay, and the conversation returns to ``idle`` with no turn. This runs from the
-``recover_partial_messages`` management command (``make run``; ``--all`` at a
-single-process start) and whenever a conversation is opened or sent to.
+Recovering a dead turn applies the store's rule for an interrupted turn: its streaming
+placeholder (and the placeholder's calls) is deleted, completed rounds stay, and the
+conversation ends in ``error`` with a problem saying the answer was interrupted (the page
+offers Retry). A send to a conversation whose turn is dead recovers it first (same
+transaction), so the conversation accepts a new send as soon as the lease lapsed.
+
+Who recovers: every worker's lease watch (:mod:`jxai_app.turns.recovery`), the
+``recover_partial_messages`` command, and a send. Each recovery is one conditional UPDATE
+guarded by the turn id and the lapsed lease, so two recoverers never both end a turn, and a
+runner that renewed its lease in time keeps it.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
-from jxai_app.store.common import STALE_AFTER_SECONDS
+from jxai_app.store.common import LEASE_SECONDS
+
+__all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "turn_abandon", "turns_recover"]
+
+INTERRUPTED = ("The answer was interrupted: the server running it stopped before it finished. "
+               "The partial answer was dropped; Retry to ask again.")
+"""``last_error`` of a conversation whose turn was recovered."""
 
 
-def _alive_since(cutoff: datetime) -> Q:
-    """Rows of a conversation whose turn showed life at or after ``cutoff``."""
-    recent_write = Exists(Message.objects.filter(conversation_id=OuterRef("pk"), updated_at__gte=cutoff))
-    return Q(turn_heartbeat__gte=cutoff) | Q(recent_write)
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """One recovered turn: where to publish its end."""
+
+    conversation_id: uuid.UUID
+    turn_id: uuid.UUID | None
+    owner_id: Any
 
 
-def _cutoff(now: datetime | None, stale_after: float) -> datetime:
-    return (now or timezone.now()) - timedelta(seconds=stale_after)
+def _cutoff(lease: float, now: datetime | None) -> datetime:
+    return (now or timezone.now()) - timedelta(seconds=lease)
 
 
-def turn_is_stale(
-    conversation: Conversation, *, stale_after: float = STALE_AFTER_SECONDS, now: datetime | None = None
-) -> bool:
-    """True when ``conversation`` is streaming but its turn showed no life for
-    ``stale_after`` seconds (one query). Idle and error conversations are never stale."""
+def lease_lapsed(conversation: Conversation, *, lease: float = LEASE_SECONDS, now: datetime | None = None) -> bool:
+    """True when ``conversation`` is streaming and its turn's lease is older than ``lease``
+    seconds (or was never set). Reads only the given row; idle and error rows never lapse."""
     if conversation.status != ConversationStatus.STREAMING:
         return False
-    cutoff = _cutoff(now, stale_after)
-    return not Conversation.objects.filter(pk=conversation.pk).filter(_alive_since(cutoff)).exists()
+    return conversation.turn_heartbeat is None or conversation.turn_heartbeat < _cutoff(lease, now)
 
 
 @transaction.atomic
-def turn_abandon(
-    *, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, stale_after: float | None = None,
-    now: datetime | None = None,
-) -> bool:
-    """End the turn ``turn_id`` of a conversation as if cancelled: delete its streaming
-    placeholder and calls, return to ``idle`` (CS-19).
+def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, interrupted: bool,
+                 lease: float | None = None, now: datetime | None = None) -> bool:
+    """End turn ``turn_id`` of a conversation, dropping its partial message (completed rounds
+    stay): Stop of a turn nobody runs (``interrupted`` False → ``idle``, error cleared) or the
+    recovery of a dead one (``interrupted`` True → ``error`` with :data:`INTERRUPTED`).
 
     Args:
         conversation_id: the conversation (ownership already checked by the caller).
         turn_id: the turn to end; ``None`` matches a streaming row with no turn id.
-        stale_after: when given, only end it if it is still stale at this threshold
-            (checked in the same UPDATE, so a turn that just wrote survives).
-        now: the time to judge staleness by (tests); defaults to now.
+        interrupted: see above.
+        lease: when given, only end the turn if its lease is still lapsed at this length (in
+            the same UPDATE, so a runner that just renewed keeps its turn).
+        now: the time to judge the lease by (tests); default now.
 
     Returns:
-        True when the turn was ended, False when it had already ended or showed life.
+        True when this call ended the turn, False when it had ended already or is alive.
     """
     rows = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.STREAMING, turn_id=turn_id)
-    if stale_after is not None:
-        rows = rows.filter(~_alive_since(_cutoff(now, stale_after)))
-    ended = rows.update(
-        status=ConversationStatus.IDLE, turn_id=None, turn_heartbeat=None,
-        last_error="", last_problem=None, updated_at=timezone.now(),
-    )
+    if lease is not None:
+        cutoff = _cutoff(lease, now)
+        rows = rows.filter(turn_heartbeat__lt=cutoff) | rows.filter(turn_heartbeat__isnull=True)
+    changes: dict[str, Any] = {"status": ConversationStatus.IDLE, "last_error": "", "last_problem": None}
+    if interrupted:
+        changes = {"status": ConversationStatus.ERROR, "last_error": INTERRUPTED,
+                   "last_problem": problem("internal-error", INTERRUPTED, code="turn_interrupted")}
+    ended = rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes)
     if ended:
         Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING).delete()
     return bool(ended)
 
 
-def turns_recover(
-    *, stale_after: float = STALE_AFTER_SECONDS, everything: bool = False, now: datetime | None = None
-) -> int:
-    """Abandon every dead turn and drop placeholders left outside any turn.
+def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False,
+                  now: datetime | None = None) -> list[Recovered]:
+    """Recover every dead turn, and drop placeholders left outside any turn.
 
     Args:
-        stale_after: seconds without life after which a turn is dead.
-        everything: end every streaming turn whatever its heartbeat (a single-process
-            start, when no turn can be alive).
+        lease: seconds after which an unrenewed lease has lapsed.
+        everything: recover every streaming turn whatever its lease (a single-process start,
+            when no turn can be alive).
         now: the time to judge by (tests).
 
     Returns:
-        How many conversations were returned to idle.
+        The turns this call recovered (publish their end to the conversations' tabs).
     """
     candidates = Conversation.objects.filter(status=ConversationStatus.STREAMING)
     if not everything:
-        candidates = candidates.filter(~_alive_since(_cutoff(now, stale_after)))
-    recovered = 0
-    for cid, tid in candidates.values_list("pk", "turn_id"):
-        recovered += turn_abandon(
-            conversation_id=cid, turn_id=tid, stale_after=None if everything else stale_after, now=now
-        )
+        cutoff = _cutoff(lease, now)
+        candidates = candidates.filter(turn_heartbeat__lt=cutoff) | candidates.filter(
+            status=ConversationStatus.STREAMING, turn_heartbeat__isnull=True)
+    recovered = [
+        Recovered(conversation_id=cid, turn_id=tid, owner_id=owner)
+        for cid, tid, owner in candidates.values_list("pk", "turn_id", "owner_id")
+        if turn_abandon(conversation_id=cid, turn_id=tid, interrupted=True, lease=None if everything else lease, now=now)
+    ]
     # A placeholder outside a streaming conversation cannot belong to a live turn.
     Message.objects.filter(status=MessageStatus.STREAMING).exclude(
         conversation__status=ConversationStatus.STREAMING

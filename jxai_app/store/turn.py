@@ -1,24 +1,26 @@
-"""Turn services: send, cancel, retry, tool results (CS-2, CS-3, CS-10 … CS-16, CS-19, CS-21).
+"""Turn services: send, cancel, retry, tool results (docs/store.md; CS-2, CS-3, CS-10 … CS-16,
+CS-19, CS-21).
 
-One turn per conversation, across worker processes, enforced by the database: a send is a
-conditional ``UPDATE … WHERE NOT status='streaming'`` that sets a fresh ``turn_id``; the
-loser of two simultaneous sends updates no row and gets ``conflict``. Every later write of
-the turn is guarded by that ``turn_id`` (see :mod:`jxai_app.store.recorder`).
+One turn per conversation, across worker processes, enforced by the database: a send locks
+the conversation's row, then claims it with one conditional ``UPDATE … WHERE NOT
+status='streaming'`` that sets a fresh ``turn_id``; the loser of two simultaneous sends
+updates no row and gets ``conflict``. Every later write of the turn is guarded by that
+``turn_id`` (:mod:`jxai_app.store.recorder`).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import transaction
+from django.db.models import Max, Q
 from django.utils import timezone
 
+from jxai_app.core.problems import problem_error
 from jxai_app.models import (
     Conversation,
     ConversationStatus,
@@ -27,237 +29,113 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
-from jxai_app.core.problems import problem_error
-from jxai_app.store import sql
-from jxai_app.store.common import (
-    STALE_AFTER_SECONDS,
-    get_owned,
-    invalid,
-    lock_owned,
-    next_position,
-    title_from,
-)
-from jxai_app.store.recovery import turn_abandon, turn_is_stale
-from jxai_app.store.wire import messages_to_wire
+from jxai_app.policy import ratelimit
+from jxai_app.store.common import LEASE_SECONDS, get_owned, invalid, next_position, title_from
+from jxai_app.store.recovery import lease_lapsed, turn_abandon
+from jxai_app.store.wire import messages_to_wire, with_tool_calls
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnStart:
-    """What a successful send created; hand it to ``TurnRecorder``."""
+    """What a successful send saved and read: hand it to the turn's runner and recorder."""
 
-    conversation_id: uuid.UUID
-    """The conversation the turn runs in."""
+    conversation: Conversation
+    """The conversation as the send left it (status streaming, the new turn, title, model)."""
     turn_id: uuid.UUID
     """The new turn's id (``Conversation.turn_id``)."""
-    user_message_id: int
-    """Primary key of the saved user message."""
+    user_message: Message
+    """The saved user message."""
     assistant_message_id: int
     """Primary key of the assistant placeholder (status ``streaming``)."""
-    model: str
-    """The model alias the turn uses."""
+    history: list[dict[str, Any]]
+    """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message."""
+    created: bool
+    """True when the send created the conversation."""
+
+    @property
+    def conversation_id(self) -> uuid.UUID:
+        """The conversation the turn runs in."""
+        return self.conversation.pk
+
+    @property
+    def model(self) -> str:
+        """The model alias the turn uses."""
+        return self.conversation.model
 
 
 def _conflict() -> Exception:
     return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TurnOpened:
-    """What :func:`turn_open` saved and read, so the caller needs no second read."""
-
-    turn: TurnStart
-    """Hand it to ``TurnRecorder``."""
-    conversation: Conversation
-    """The conversation as the send saved it (status streaming, the new turn, its title,
-    model and ``updated_at``), updated in memory rather than read again."""
-    user_message: Message
-    """The saved user message."""
-    history: list[dict[str, Any]]
-    """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message."""
-
-
-@sql.statement
-def _messages_of() -> str:
-    return (f"SELECT {sql.columns(Message)} FROM {sql.table(Message)} WHERE {sql.column(Message, 'conversation')} = %s "
-            f"ORDER BY {sql.column(Message, 'position')}")
-
-
-@sql.statement
-def _calls_of() -> str:
-    return (f"SELECT {sql.columns(ToolCall)} FROM {sql.table(ToolCall)} WHERE {sql.column(ToolCall, 'message')} IN "
-            f"(SELECT {sql.column(Message, 'id')} FROM {sql.table(Message)} "
-            f"WHERE {sql.column(Message, 'conversation')} = %s) "
-            f"ORDER BY {sql.column(ToolCall, 'message')}, {sql.column(ToolCall, 'position')}")
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    """A conversation's saved messages in position order and their tool calls (by message
-    pk, in call order): what the next request's wire history is built from."""
-
-    messages: list[Message]
-    calls: dict[int, list[ToolCall]]
-
-    @property
-    def next_position(self) -> int:
-        """The position after the last message (0 for none)."""
-        return self.messages[-1].position + 1 if self.messages else 0
-
-
-def history_queries(conversation_id: uuid.UUID) -> list[tuple[str, list[Any]]]:
-    """The two hand-written statements that read a conversation's history (its messages,
-    its calls), to send with others (:func:`jxai_app.store.sql.fetch_together`); read
-    their rows with :func:`history_from`."""
-    cid = sql.value(Conversation, "id", conversation_id)
-    return [(_messages_of(), [cid]), (_calls_of(), [cid])]
-
-
-def history_from(results: list[list[tuple[Any, ...]]]) -> History:
-    """The :class:`History` of :func:`history_queries`' rows."""
-    messages_rows, calls_rows = results
-    calls: dict[int, list[ToolCall]] = {}
-    for call in sql.rows_to_instances(ToolCall, calls_rows):
-        calls.setdefault(call.message_id, []).append(call)
-    return History(messages=sql.rows_to_instances(Message, messages_rows), calls=calls)
-
-
-def _history(conversation_id: uuid.UUID) -> History:
-    return history_from(sql.fetch_together(history_queries(conversation_id)))
-
-
-def _claim_query(conversation_id: uuid.UUID, changes: dict[str, Any], *, returning: bool) -> tuple[str, list[Any]]:
-    """The one-turn rule itself: ``UPDATE … SET changes WHERE id = … AND NOT status =
-    'streaming'`` (one hand-written statement). It changes no row when another send claimed
-    the row first (or it is gone); with ``returning`` it then returns no row either."""
-    params = [sql.save_value(Conversation, field, data) for field, data in changes.items()]
-    return _claim_row(tuple(changes), returning), [*params, sql.value(Conversation, "id", conversation_id),
-                                                   ConversationStatus.STREAMING.value]
-
-
-@sql.statement
-def _claim_row(fields: tuple[str, ...], returning: bool) -> str:
-    assignments = ", ".join(f"{sql.column(Conversation, field)} = %s" for field in fields)
-    return (f"UPDATE {sql.table(Conversation)} SET {assignments} WHERE {sql.column(Conversation, 'id')} = %s "
-            f"AND NOT ({sql.column(Conversation, 'status')} = %s)"
-            + (f" RETURNING {sql.column(Conversation, 'id')}" if returning else ""))
-
-
-def _write_turn(cid: uuid.UUID, changes: dict[str, Any], messages: list[Message],
-                also: Sequence[tuple[str, Sequence[Any]]]) -> bool:
-    """The claim, the INSERT of ``messages`` and ``also``, in one round trip on PostgreSQL
-    (:func:`~jxai_app.store.sql.fetch_together`); False (and the caller rolls back) when the
-    claim changed no row."""
-    saving = sql.insert_statement(messages)
-    if saving is None:  # not one statement here: one after the other
-        if sql.execute(*_claim_query(cid, changes, returning=False))[1] != 1:
-            return False
-        sql.insert(messages)
-        sql.fetch_together(also)
-        return True
-    try:
-        claimed, keys, *_ = sql.fetch_together([_claim_query(cid, changes, returning=True), saving, *also])
-    except IntegrityError:
-        # The INSERT runs even when the claim changed no row; its positions are then taken
-        # by the send that won (the caller's lock makes this unreachable today).
-        return False
-    if claimed:
-        sql.set_keys(messages, keys)
-    return bool(claimed)
-
-
-def turn_open(
-    *, conversation: Conversation, text: str, model: str | None = None, stale_after: float = STALE_AFTER_SECONDS,
-    turn_id: uuid.UUID | None = None, history: History | None = None, also: Sequence[tuple[str, Sequence[Any]]] = (),
-) -> TurnOpened:
-    """Start a turn in ``conversation``: the send's writes plus the history read, with no
-    read after them (CS-2; issue 4 "time to first token").
-
-    The caller has read ``conversation`` **in the current transaction, row-locked**
-    (:func:`~jxai_app.store.common.lock_owned`; on SQLite the ``IMMEDIATE`` transaction
-    holds the write lock), so the row cannot change before this commits and the returned
-    objects are what the database holds. Outside a transaction this opens one of its own.
-
-    Statements on the happy path: one SELECT of the messages and one of their calls (unless
-    ``history`` is given), then the conditional UPDATE that claims the conversation (the
-    one-turn rule, across processes) and one INSERT of the user message and the placeholder,
-    sent together with ``also`` (one round trip on PostgreSQL); all hand-written
-    (:mod:`jxai_app.store.sql`).
-
-    Args:
-        conversation: the conversation, read as above (it is updated in place).
-        text: the user's message (not blank; length limits are the caller's, issue 6).
-        model: a model alias to switch the conversation to, or ``None`` to keep its model.
-        stale_after: a running turn silent this long is abandoned first (crash recovery).
-        turn_id: the new turn's id (default: a fresh ``uuid4``).
-        history: the conversation's :class:`History`, read in this transaction after the
-            lock (e.g. together with other statements); default: read here.
-        also: ``[(sql, params)]`` the caller's own writes for this send (e.g. the rate
-            limit's admission), run after the send's writes in the same round trip; their
-            rows are not returned.
-
-    Raises:
-        ProblemError: ``invalid-request`` (blank text), ``conflict`` while a live turn runs
-            (replaces CS-3's silent ignore).
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise invalid("The message is empty.")
-    with transaction.atomic(savepoint=False):
-        cid = conversation.pk
-        if conversation.status == ConversationStatus.STREAMING:
-            if not (turn_is_stale(conversation, stale_after=stale_after)
-                    and turn_abandon(conversation_id=cid, turn_id=conversation.turn_id, stale_after=stale_after)):
-                raise _conflict()
-            conversation.refresh_from_db()
-            history = None  # the abandoned turn's partial message is gone: read again
-        earlier = history if history is not None else _history(cid)
-        position = earlier.next_position
-        user_message = Message(conversation_id=cid, position=position, role=MessageRole.USER, content=text)
-        wire = messages_to_wire([*earlier.messages, user_message], earlier.calls)
-        now = timezone.now()
-        changes: dict[str, Any] = {
-            "status": ConversationStatus.STREAMING, "turn_id": turn_id or uuid.uuid4(), "turn_heartbeat": now,
-            "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
-        }
-        if model:
-            changes["model"] = model
-        placeholder = Message(conversation_id=cid, position=position + 1, role=MessageRole.ASSISTANT,
-                              model=changes.get("model", conversation.model), status=MessageStatus.STREAMING)
-        if not _write_turn(cid, changes, [user_message, placeholder], also):
-            raise _conflict()
-        for name, value in changes.items():
-            setattr(conversation, name, value)
-    turn = TurnStart(conversation_id=cid, turn_id=changes["turn_id"], user_message_id=user_message.pk,
-                     assistant_message_id=placeholder.pk, model=conversation.model)
-    return TurnOpened(turn=turn, conversation=conversation, user_message=user_message, history=wire)
-
-
-@transaction.atomic
 def message_send(
-    *, user: Any, conversation_id: uuid.UUID | str, text: str, model: str | None = None,
-    stale_after: float = STALE_AFTER_SECONDS,
+    *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
+    admit: bool = True, lease: float = LEASE_SECONDS,
 ) -> TurnStart:
-    """Save the user's message and an empty assistant placeholder and start a turn (CS-2).
+    """Save the user's message and an empty assistant placeholder and start a turn (CS-2):
+    the one send service, in one short transaction.
 
-    The conversation's row is locked and read, then :func:`turn_open` makes the two writes
-    of the happy path: the conversation's conditional UPDATE (status streaming, new turn id,
-    error cleared, title from the text when empty, model when given) and one INSERT of both
-    messages.
+    1. The conversation: created (owned by ``user``, model ``model``) when
+       ``conversation_id`` is ``None``, else its row, locked (``select_for_update``; on
+       SQLite the ``IMMEDIATE`` transaction holds the write lock), looked up by id and owner
+       at once so a foreign id costs what a missing one does.
+    2. A running turn whose lease lapsed is recovered first (:mod:`jxai_app.store.recovery`);
+       a live one is a ``conflict``.
+    3. ``admit``: the user's quota and rate limit (:func:`jxai_app.policy.ratelimit.check_turn_allowed`),
+       in this transaction, so a refusal saves nothing.
+    4. The claim (one conditional UPDATE), then one INSERT of both messages (``bulk_create``),
+       and the history the request needs.
 
     Args:
         user: the requesting user (must own the conversation).
-        conversation_id: the conversation.
-        text: the user's message (not blank; length limits are the caller's, issue 6).
-        model: a model alias to switch the conversation to, or ``None`` to keep its model.
-        stale_after: a running turn silent this long is abandoned first (crash recovery).
+        conversation_id: the conversation, or ``None`` for a new one.
+        text: the user's message (not blank; length limits are the caller's).
+        model: a model alias: the new conversation's, or one to switch to (``None``: keep).
+        admit: check and count the turn against the user's allowance.
+        lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id), ``invalid-request`` (blank text),
-            ``conflict`` while a live turn runs (replaces CS-3's silent ignore).
+            ``conflict`` while a live turn runs, ``quota-exceeded`` / ``rate-limited``.
+        django.db.DatabaseError: the database failed (nothing saved).
     """
     if not isinstance(text, str) or not text.strip():
         raise invalid("The message is empty.")
-    conversation = lock_owned(user, conversation_id)
-    return turn_open(conversation=conversation, text=text, model=model, stale_after=stale_after).turn
+    with transaction.atomic():
+        created = conversation_id is None
+        if created:
+            if user is None or not getattr(user, "is_authenticated", False):
+                raise invalid("A conversation needs a logged-in owner.")
+            conversation = Conversation.objects.create(owner=user, model=model or "")
+        else:
+            conversation = get_owned(user, conversation_id, for_update=True)
+        claimable = ~Q(status=ConversationStatus.STREAMING)
+        if conversation.status == ConversationStatus.STREAMING:
+            if not lease_lapsed(conversation, lease=lease):
+                raise _conflict()
+            turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
+            claimable = Q()  # recovered just now, under the lock
+        if admit:
+            ratelimit.check_turn_allowed(user)
+        earlier = list(with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position")))
+        position = earlier[-1].position + 1 if earlier else 0
+        now = timezone.now()
+        changes: dict[str, Any] = {
+            "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+            "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
+            "model": model or conversation.model,
+        }
+        if not Conversation.objects.filter(claimable, pk=conversation.pk).update(**changes):
+            raise _conflict()
+        for name, value in changes.items():
+            setattr(conversation, name, value)
+        user_message, placeholder = Message.objects.bulk_create([
+            Message(conversation=conversation, position=position, role=MessageRole.USER, content=text),
+            Message(conversation=conversation, position=position + 1, role=MessageRole.ASSISTANT,
+                    model=conversation.model, status=MessageStatus.STREAMING),
+        ])
+    return TurnStart(conversation=conversation, turn_id=changes["turn_id"], user_message=user_message,
+                     assistant_message_id=placeholder.pk, history=messages_to_wire([*earlier, user_message]),
+                     created=created)
 
 
 def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:
@@ -276,7 +154,7 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | N
     conversation = get_owned(user, conversation_id)
     if conversation.status != ConversationStatus.STREAMING:
         return None
-    ended = turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id)
+    ended = turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=False)
     return conversation.turn_id if ended else None
 
 

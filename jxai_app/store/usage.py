@@ -10,6 +10,7 @@ Saved shape (camelCase like the ``usage`` event, SPEC §1, without ``type``)::
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Final, Mapping
 
@@ -89,3 +90,30 @@ def context_tokens(usage: Mapping[str, Any], *, reasoning_replayed: bool) -> int
 def context_warning(tokens: int, context_window: int | None) -> bool:
     """True when ``tokens`` reached 80 % of ``context_window`` (never for an unknown window)."""
     return bool(context_window) and tokens >= CONTEXT_WARNING_RATIO * int(context_window or 0)
+
+
+def estimate_tokens(value: Any) -> int:
+    """A rough size in tokens of a string or JSON value: its characters / :data:`CHARS_PER_TOKEN`."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return len(text) // CHARS_PER_TOKEN
+
+
+def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_chars: int,
+                input_estimate: int) -> tuple[dict[str, Any] | None, bool]:
+    """The one rule for a model round's usage, saved on its message and added to the user's
+    ledger alike (docs/store.md "Usage"):
+
+    - the provider's usage when it sent a valid one (:func:`usage_from`);
+    - otherwise, when the round produced something, an estimate marked ``estimated``:
+      ``input_estimate`` tokens in, ``produced_chars`` / 4 out (:func:`usage_estimate`);
+    - otherwise nothing (a refusal before any output).
+
+    Returns:
+        ``(usage, estimated)``; ``(None, False)`` when there is nothing to count.
+    """
+    doc = usage_from(reported)
+    if doc is not None:
+        return doc, False
+    if produced_chars <= 0:
+        return None, False
+    return usage_estimate(input_tokens=input_estimate, output_chars=produced_chars), True

@@ -1,38 +1,173 @@
-"""Stopping and retrying turns, and the conversation changes every tab must hear about
-(starting one is :mod:`jxai_app.turns.launch`; ``start_turn`` is re-exported here).
+"""Starting, stopping and retrying turns, and the conversation changes every tab must hear
+about (docs/turns.md).
 
-The websocket consumer (and any other caller) uses these; they hold the rules, the
-consumer only translates frames. All database work runs in private sync functions behind
-``database_sync_to_async``. Every function that takes a conversation id checks that the
-user owns it and answers a missing, malformed or foreign id alike (``not-found``).
+The websocket session (and any other caller) uses these; they hold the rules, the socket
+only translates frames. Database work runs in the worker's database threads
+(:func:`jxai_app.store.dbsync.db_thread_call`). Every function that takes a conversation id
+checks that the user owns it and answers a missing, malformed or foreign id alike
+(``not-found``).
+
+A send's database work is one transaction (:func:`jxai_app.store.message_send`); the model
+request goes out only after it committed, so a refused or failed send never contacts the
+provider and no socket sees a turn that was not saved.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
-from channels.db import database_sync_to_async
 from django.db import transaction
 
-from jxai_app import store
-
-from jxai_app.policy import ratelimit
-from jxai_app.models import ConversationStatus
+from jxai_app import conf, store
+from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
-from jxai_app.store.serializers import conversation_dict
+from jxai_app.core.providers import ModelConfig
+from jxai_app.core.streaming.events import ErrorEvent
+from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.models import ConversationStatus
+from jxai_app.policy import ratelimit, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
-from jxai_app.turns import names
+from jxai_app.store.dbsync import db_request
+from jxai_app.store.serializers import conversation_dict
+from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
-from jxai_app.turns.launch import Origin, TurnInfo, start_turn, start_turn_unmetered, tool_view
+from jxai_app.turns.recovery import snapshot_of
+from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
-    "Origin", "TurnInfo", "cancel_turn", "conversation_remove", "conversation_retitle", "retry_turn",
-    "start_turn", "tool_view",
+    "Origin", "TurnInfo", "cancel_turn", "client_factory", "conversation_remove", "conversation_retitle",
+    "retry_turn", "start_turn", "tool_view",
 ]
 
 logger = logging.getLogger("jxai_app.turns")
+
+
+class Origin(Socket, Protocol):
+    """The socket that asked for a turn: it follows the conversation before the first event."""
+
+    def adopt(self, conversation_id: uuid.UUID, turn_id: str) -> None:
+        """Follow ``conversation_id`` from now on, expecting turn ``turn_id`` from seq 1."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnInfo:
+    """A started turn."""
+
+    conversation_id: uuid.UUID
+    turn_id: str
+    created: bool
+    """True when the send created the conversation."""
+    conversation: dict[str, Any]
+    """The conversation (protocol dict, status ``streaming``)."""
+    runner: TurnRunner
+
+
+def tool_view(user: Any, model: ModelConfig) -> Any:
+    """The tools one turn of ``user`` on ``model`` offers (tools act as the user; docs/security.md).
+
+    Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
+    per turn, since the view counts calls for the per-turn caps.
+    """
+    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
+
+
+def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
+    def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
+        logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
+
+    return on_retry
+
+
+def client_factory(alias: str) -> Callable[[], Any]:
+    """Builds model ``alias``'s streaming client for a turn, wrapped in a
+    :class:`~jxai_app.core.streaming.retry.RetryingClient`: a 429/5xx before any output is
+    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began."""
+    policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
+    return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
+
+
+def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
+    """The configured model ``alias`` (``None``: the default). An alias a conversation saved
+    that is no longer configured falls back to the default when ``fallback``.
+
+    Raises:
+        ProblemError: ``invalid-request`` for an unknown alias the user asked for.
+    """
+    registry = conf.get_model_registry()
+    try:
+        return registry.resolve(alias)
+    except UnknownModelError as exc:
+        if fallback:
+            return registry.resolve(None)
+        raise problem_error("invalid-request", str(exc)) from None
+
+
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool) -> tuple[store.TurnStart, Any,
+                                                                                               ModelConfig]:
+    """The send (one transaction), then the turn's model and tool view."""
+    requested = _model(alias, fallback=False) if alias else None
+    new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
+    turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
+                              model=None if new_model is None else new_model.alias, admit=admit,
+                              lease=conf.get_turn_timing().lease)
+    model = requested or _model(turn.model, fallback=True)
+    return turn, tool_view(user, model), model
+
+
+def _check_text(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise problem_error("invalid-request", "The message is empty.")
+    limit = conf.get_limits().max_message_chars
+    if len(text) > limit:
+        raise problem_error("payload-too-large", f"The message is longer than {limit} characters.")
+    return text
+
+
+async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text: str,
+                     model_alias: str | None = None, origin: Origin | None = None, hub: TurnHub | None = None,
+                     admit: bool = True) -> TurnInfo:
+    """Save the user's message and start a turn in a task owned by this worker.
+
+    Args:
+        user: the requesting (authenticated) user.
+        conversation_id: the conversation, or ``None`` to create one (owned by ``user``,
+            with ``model_alias`` or the default model).
+        text: the message (non-blank, at most ``JXAI_MAX_MESSAGE_CHARS`` characters).
+        model_alias: switch the conversation to this configured model (``None``: keep it).
+        origin: the asking socket; it follows the conversation before the first frame.
+        hub: the worker's hub (default :func:`~jxai_app.turns.hub.get_hub`).
+        admit: count the turn against the user's quota and rate limit (``False`` for a
+            caller that admitted it in its own transaction).
+
+    Returns:
+        The started turn. Its frames (``conversation``, ``message_saved`` of the user
+        message, then ``events`` from seq 1) go to every follower, on every worker.
+
+    Raises:
+        ProblemError: ``invalid-request`` (blank text, unknown model), ``payload-too-large``,
+            ``not-found`` (missing or foreign conversation), ``quota-exceeded`` /
+            ``rate-limited`` (with ``retry_after``; nothing saved, the provider not
+            contacted), ``conflict`` (a turn already runs in it, on any worker),
+            ``service-unavailable`` (the worker is draining, or the database is down).
+    """
+    text = _check_text(text)
+    hub = hub or get_hub()
+    await hub.ensure_started()
+    if hub.draining:
+        raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
+                            retry_after=1)
+    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
+                        system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
+                        context_window=model.context_window)
+    if origin is not None:  # before the task starts, so the socket misses nothing
+        origin.adopt(turn.conversation_id, runner.turn_id)
+    runner.start()
+    return TurnInfo(conversation_id=turn.conversation_id, turn_id=runner.turn_id, created=turn.created,
+                    conversation=conversation_dict(turn.conversation), runner=runner)
 
 
 def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | None]:
@@ -41,76 +176,75 @@ def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | Non
     return conversation.pk, None if running is None else str(running)
 
 
-def _snapshot_frame(user: Any, conversation_id: uuid.UUID) -> dict[str, Any]:
-    conversation, messages = store.message_list(user=user, conversation_id=conversation_id)
-    from jxai_app.store.serializers import message_dicts
-
-    return {"type": "snapshot", "conversationId": str(conversation.pk), "conversation": conversation_dict(conversation),
-            "messages": message_dicts(messages), "turn": None}
+def _stop_unowned(user: Any, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """End a turn no runner answered for in the database; its snapshot, or ``None`` when
+    there was nothing to stop."""
+    if store.turn_cancel(user=user, conversation_id=conversation_id) is None:
+        return None
+    return snapshot_of(conversation_id)
 
 
 async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnHub | None = None) -> bool:
     """Stop the conversation's running turn, wherever it runs (any tab, any worker).
 
-    The runner (here, or on another worker through the control group) sets its Stop signal:
-    the turn ends ``cancelled`` within about a second and drops its partial message. When no
-    runner answers (its worker died), the database ends the turn (store ``turn_cancel``) and
+    The runner (here, or on another worker through the layer) sets its Stop signal: the turn
+    ends ``cancelled`` within about a second and drops its partial message. When no runner
+    answers (the layer is down, or its worker died), the database ends the turn (store
+    ``turn_cancel``; a runner still alive notices at its next lease renewal and stops) and
     the followers get a fresh ``snapshot``.
 
     Returns:
         True when a turn was running and is being stopped; False when none ran (no-op).
 
     Raises:
-        ProblemError: ``not-found``.
+        ProblemError: ``not-found``; ``service-unavailable`` when the database is down.
     """
     hub = hub or get_hub()
-    cid, running = await database_sync_to_async(_running_turn)(user, conversation_id)
+    cid, running = await db_request(_running_turn, user, conversation_id)
     runner = hub.runner(cid)
     if runner is not None and (running is None or runner.turn_id == running):
         runner.cancel()
         return running is not None or not runner.ended
     if running is None:
         return False
-    answer = await hub.ask_runner(cid, {"type": names.CANCEL})
-    if answer is not None:
+    if await hub.ask_runner(cid, "cancel") is not None:
         return True
-    stopped = await database_sync_to_async(store.turn_cancel)(user=user, conversation_id=cid)
-    if stopped is not None:
-        frame = await database_sync_to_async(_snapshot_frame)(user, cid)
-        await hub.notify(cid, frame)
-        await hub.notify_user(cid, {"type": "conversation", "conversation": frame["conversation"]},
-                              user_pk=getattr(user, "pk", None))
+    frame = await db_request(_stop_unowned, user, cid)
+    if frame is not None:
+        hub.notify(cid, frame)
+        hub.notify(cid, {"type": "conversation", "conversation": frame["conversation"]}, user_pk=user.pk)
     return True
 
 
-async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Origin | None = None,
-                     hub: TurnHub | None = None) -> TurnInfo:
-    """Drop the last exchange (after an error) and send its user text again as a new turn.
-
-    Every follower first gets a ``snapshot`` without the dropped exchange.
-
-    Raises:
-        ProblemError: ``not-found``; ``conflict`` while a turn runs; ``invalid-request``
-            when there is nothing to retry; ``quota-exceeded`` / ``rate-limited`` (the
-            exchange is kept, nothing changes).
-    """
-    hub = hub or get_hub()
-    text = await database_sync_to_async(_retry_begin)(user, conversation_id)
-    cid = parse_id(conversation_id)
-    assert cid is not None  # message_retry accepted it
-    await hub.notify(cid, await database_sync_to_async(_snapshot_frame)(user, cid))
-    return await start_turn_unmetered(user=user, conversation_id=cid, text=text, origin=origin, hub=hub)
-
-
 def _retry_begin(user: Any, conversation_id: Any) -> str:
-    """Drop the last exchange and admit the new turn, in one transaction (a refusal keeps
-    the exchange). Returns the text to send again."""
+    """Drop the last exchange and admit the new turn, in one transaction (a refusal keeps the
+    exchange). Returns the text to send again."""
     with transaction.atomic():
         text = store.message_retry(user=user, conversation_id=conversation_id)
         if text is None:
             raise problem_error("invalid-request", "There is no message to retry in this conversation.")
         ratelimit.check_turn_allowed(user)
     return str(text)
+
+
+async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Origin | None = None,
+                     hub: TurnHub | None = None) -> TurnInfo:
+    """Drop the last exchange (after an error) and send its user text again as a new turn.
+    Every follower first gets a ``snapshot`` without the dropped exchange.
+
+    Raises:
+        ProblemError: ``not-found``; ``conflict`` while a turn runs; ``invalid-request`` when
+            there is nothing to retry; ``quota-exceeded`` / ``rate-limited`` (the exchange is
+            kept, nothing changes); ``service-unavailable``.
+    """
+    hub = hub or get_hub()
+    text = await db_request(_retry_begin, user, conversation_id)
+    cid = parse_id(conversation_id)
+    assert cid is not None  # message_retry accepted it
+    frame = await db_request(snapshot_of, cid)
+    if frame is not None:
+        hub.notify(cid, frame)
+    return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False)
 
 
 def _rename(user: Any, conversation_id: Any, title: Any) -> dict[str, Any]:
@@ -125,9 +259,8 @@ async def conversation_retitle(*, user: Any, conversation_id: uuid.UUID | str, t
         ProblemError: ``not-found``; ``invalid-request`` for an empty or over-long title.
     """
     hub = hub or get_hub()
-    data = await database_sync_to_async(_rename)(user, conversation_id, title)
-    cid = uuid.UUID(data["id"])
-    await hub.notify(cid, {"type": "conversation", "conversation": data}, user_pk=getattr(user, "pk", None))
+    data = await db_request(_rename, user, conversation_id, title)
+    hub.notify(uuid.UUID(data["id"]), {"type": "conversation", "conversation": data}, user_pk=user.pk)
     return data
 
 
@@ -139,13 +272,12 @@ async def conversation_remove(*, user: Any, conversation_id: uuid.UUID | str, hu
         ProblemError: ``not-found``.
     """
     hub = hub or get_hub()
-    cid, _ = await database_sync_to_async(_running_turn)(user, conversation_id)
-    running = await database_sync_to_async(store.conversation_delete)(user=user, conversation_id=cid)
+    cid, _ = await db_request(_running_turn, user, conversation_id)
+    running = await db_request(lambda: store.conversation_delete(user=user, conversation_id=cid))
     if running is not None:
         runner = hub.runner(cid)
         if runner is not None:
             runner.cancel()
         else:
-            await hub.tell_runner(cid, {"type": names.CANCEL})
-    await hub.notify(cid, {"type": "conversation_deleted", "conversationId": str(cid)},
-                     user_pk=getattr(user, "pk", None))
+            await hub.ask_runner(cid, "cancel")
+    hub.notify(cid, {"type": "conversation_deleted", "conversationId": str(cid)}, user_pk=user.pk)

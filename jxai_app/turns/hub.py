@@ -1,77 +1,45 @@
-"""The worker's turn hub: live runners, local followers, and the channel-layer plumbing.
+"""The worker's turn hub: its running turns, its delivery, its lease watch, its drain
+(docs/turns.md).
 
 One :class:`TurnHub` per worker process (per event loop: :func:`get_hub`). It holds
 
 - the **runners** of the turns running in this process, with strong references to their
-  tasks (a task's failure is logged by the runner and ends its turn as an error);
-- the **followers**: sockets of this process following a conversation (they get frames
-  pushed directly, unbounded and lossless, in publish order) and each user's sockets
-  (conversation-list notices);
-- a **reply channel** on the channel layer, where runners on other workers answer cancel
-  and replay requests (``jxai.reply``).
-
-Frames cross workers through the layer group of the conversation (``jxai.frames`` with
-this hub's ``worker_id`` as ``origin``; a socket ignores frames of its own origin, which it
-already got directly). See :mod:`jxai_app.turns.names` for every name and message.
-
-With Channels' in-memory layer (the embedded default) no other process can share the
-layer, so by default the hub sends nothing through it (``fanout`` off): everything is
-delivered directly. That saves a deep copy per message and follower, and avoids the
-in-memory layer's habit of dropping a channel from all its groups once one of its
-messages expires. Tests that play two workers in one process turn ``fanout`` on.
+  tasks;
+- the **delivery** (:mod:`jxai_app.turns.delivery`), chosen once: in-process only when no
+  channel layer other processes share is configured, through the layer otherwise;
+- the **lease watch** (:mod:`jxai_app.turns.recovery`), which recovers turns whose worker
+  died and tells their tabs;
+- the **drain** on SIGTERM under daphne: new turns are refused (``service-unavailable``),
+  running turns get up to ``JXAI_DRAIN_SECONDS`` to finish, the rest are stopped, then every
+  socket of the worker closes with code 1001, after its ``turn_end``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app.ops.memory import (
-    IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, trim_available,
-)
-from jxai_app.turns import names
-from jxai_app.turns.starts import StartingTurns
+from jxai_app import conf
+from jxai_app.ops.memory import IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, \
+    trim_available
+from jxai_app.turns.delivery import LayerDelivery, LocalDelivery
+from jxai_app.turns.recovery import LeaseWatch
 
 if TYPE_CHECKING:
     from jxai_app.turns.runner import TurnRunner
 
-__all__ = ["Follower", "TurnHub", "TurnState", "get_hub", "receive_each"]
+__all__ = ["TurnHub", "TurnState", "get_hub"]
 
 logger = logging.getLogger("jxai_app.turns")
 
-REPLY_TIMEOUT_SECONDS = 1.0
-"""How long to wait for a runner on another worker to answer a cancel or replay request."""
-
-
-async def receive_each(layer: Any, channel: str, handle: Callable[[dict[str, Any]], Awaitable[None] | None],
-                       failure: str) -> None:
-    """Hand every message of a layer channel to ``handle`` (awaited when it returns an
-    awaitable) until cancelled; a failing receive is logged with ``failure`` and retried
-    after 0.5 s (a layer that is down for a while must not end the listener)."""
-    while True:
-        try:
-            message = await layer.receive(channel)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception(failure)
-            await asyncio.sleep(0.5)
-            continue
-        result = handle(message)
-        if result is not None:
-            await result
-
-
-class Follower(Protocol):
-    """A socket's receiving end (``jxai_app.turns.session.Session``)."""
-
-    def deliver(self, frame: dict[str, Any]) -> None:
-        """Take one protocol frame; must not block and must not drop it."""
+CLOSE_GOING_AWAY = 1001
+"""WebSocket close code of a worker that is shutting down (RFC 6455 §7.4.1)."""
 
 
 class TurnState:
@@ -100,52 +68,51 @@ class TurnState:
                 "items": self.items, "ended": self.ended}
 
 
+def choose_delivery(worker_id: str, layer_alias: str = "default") -> LocalDelivery:
+    """Through the channel layer when one is configured that other processes can share (not
+    Channels' in-memory layer), else in-process only."""
+    layer = get_channel_layer(layer_alias)
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return LocalDelivery()
+    return LayerDelivery(layer, worker_id=worker_id)
+
+
 class TurnHub:
-    """Registry and plumbing of one worker (see module docstring).
+    """One worker's turns (module docstring).
 
     Args:
-        layer_alias: the channel layer to use (``CHANNEL_LAYERS`` key).
-        worker_id: a unique id for this hub (default: random); frames carry it as ``origin``.
-        batch_interval: seconds a runner gathers frames before one layer message.
-        reply_timeout: seconds to wait for a runner elsewhere to answer.
-        fanout: send frames and control messages through the layer; ``None``: only when
-            the layer can reach other processes (not Channels' in-memory layer).
+        delivery: how frames reach sockets (default :func:`choose_delivery`).
+        worker_id: a unique id for this worker (default random).
         idle_trim: seconds without a running turn before free memory is returned to the
-            system (:func:`jxai_app.ops.memory.release_free_memory`); ``None``: never.
+            system (:mod:`jxai_app.ops.memory`); ``None``: never.
+        watch: run the lease watch (tests playing several workers in one process may run one).
     """
 
-    def __init__(self, *, layer_alias: str = "default", worker_id: str | None = None,
-                 batch_interval: float = 0.05, reply_timeout: float = REPLY_TIMEOUT_SECONDS,
-                 fanout: bool | None = None, idle_trim: float | None = IDLE_TRIM_SECONDS) -> None:
-        self.layer_alias = layer_alias
-        if fanout is None:
-            layer = get_channel_layer(layer_alias)
-            fanout = layer is not None and not isinstance(layer, InMemoryChannelLayer)
-        self.fanout = fanout
-        """True when frames and control messages go through the channel layer."""
+    def __init__(self, *, delivery: LocalDelivery | None = None, worker_id: str | None = None,
+                 idle_trim: float | None = IDLE_TRIM_SECONDS, watch: bool = True) -> None:
         self.worker_id = worker_id or uuid.uuid4().hex
-        self.batch_interval = batch_interval
-        self.reply_timeout = reply_timeout
+        self.delivery = delivery if delivery is not None else choose_delivery(self.worker_id)
+        self.draining = False
+        """True once the worker stopped taking new turns (SIGTERM)."""
         self._runners: dict[uuid.UUID, TurnRunner] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._followers: dict[uuid.UUID, set[Follower]] = {}
-        self._user_sockets: dict[Any, set[Follower]] = {}
-        self._reply_channel: str | None = None
-        self._reply_task: asyncio.Task[None] | None = None
-        self._reply_lock = asyncio.Lock()
-        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._closers: dict[Any, Any] = {}
+        self._started: asyncio.Task[None] | None = None
+        self._watch = LeaseWatch(self) if watch else None
         self.idle_trim = idle_trim if trim_available() else None
-        """Seconds without a running turn before the worker's free memory is returned
-        (:mod:`jxai_app.ops.memory`); ``None``: never."""
         self._trim_task: asyncio.Task[None] | None = None
         self._last_trim = float("-inf")
-        self.starting = StartingTurns()
-        """Turns of this worker waiting for their first output (:mod:`jxai_app.turns.starts`)."""
 
-    @property
-    def layer(self) -> Any:
-        """The channel layer, or ``None`` when none is configured or ``fanout`` is off."""
-        return get_channel_layer(self.layer_alias) if self.fanout else None
+    async def ensure_started(self) -> None:
+        """Start the delivery and the lease watch once (the first socket does)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        await self.delivery.start(self._answer)
+        if self._watch is not None:
+            self.spawn(self._watch.run(), name="jxai-lease-watch")
 
     # ------------------------------------------------------------------ runners and tasks
     def runner(self, conversation_id: uuid.UUID) -> TurnRunner | None:
@@ -157,42 +124,15 @@ class TurnHub:
         return list(self._runners.values())
 
     def register(self, runner: TurnRunner) -> None:
-        """Make ``runner`` the conversation's live runner here (replacing one winding down)."""
+        """Make ``runner`` the conversation's live runner here."""
         self._runners[runner.conversation_id] = runner
 
     def unregister(self, runner: TurnRunner) -> None:
-        """Forget ``runner`` (only if it is still the registered one). The last one to go
-        schedules the return of free memory (:mod:`jxai_app.ops.memory`)."""
+        """Forget ``runner`` (if still registered); the last one to go schedules the return of
+        free memory."""
         if self._runners.get(runner.conversation_id) is runner:
             del self._runners[runner.conversation_id]
-        self._trim_soon()
-
-    def _trim_soon(self) -> None:
-        """Memory was freed (a turn ended, a socket closed): unless a trim is already
-        pending, return free memory once no turn has run for ``idle_trim`` seconds."""
-        if self.idle_trim is None or (self._trim_task is not None and not self._trim_task.done()):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # called outside the worker's loop: nothing to schedule on
-            return
-        self._trim_task = loop.create_task(self._trim_when_idle(self.idle_trim))
-
-    async def _trim_when_idle(self, delay: float) -> None:
-        """After ``delay`` seconds (and at least :data:`~jxai_app.ops.memory.TRIM_INTERVAL_SECONDS`
-        after the last time), with no turn running here, collect garbage and return free
-        memory (the trim in a thread: it walks the heap). Not one of the hub's tasks:
-        ``wait_idle`` ignores it."""
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(max(delay, self._last_trim + TRIM_INTERVAL_SECONDS - loop.time()))
-        if self._runners:  # a turn runs: its end schedules the next attempt
-            return
-        self._last_trim = loop.time()
-        try:
-            collect_garbage()  # a burst leaves reference cycles (connections, frames): free them first
-            await asyncio.to_thread(release_free_memory)
-        except Exception:
-            logger.exception("returning free memory failed")
+        self.trim_soon()
 
     def spawn(self, coro: Awaitable[Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` as a task the hub keeps a strong reference to until it ends."""
@@ -204,174 +144,117 @@ class TurnHub:
         return task
 
     async def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until every task of the hub ended; True when they did within ``timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._tasks or self._runners:
-            if loop.time() >= deadline:
-                return False
-            pending = [t for t in self._tasks if t is not self._reply_task]
-            if not pending and not self._runners:
-                break
-            if pending:
-                await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
-            else:
-                await asyncio.sleep(0.01)
+        """Wait until no turn runs here; True when that happened within ``timeout`` seconds."""
+        tasks = [r.task for r in self.runners() if r.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            return not pending
         return True
 
+    # ------------------------------------------------------------------ sockets
+    def add_socket(self, socket: Any, user_pk: Any, close: Any) -> None:
+        """A socket of ``user_pk`` opened; ``close(code)`` closes it (the drain's end)."""
+        self.delivery.join_user(user_pk, socket)
+        self._closers[socket] = close
+
+    def remove_socket(self, socket: Any, user_pk: Any) -> None:
+        """The socket closed."""
+        self.delivery.leave_user(user_pk, socket)
+        self._closers.pop(socket, None)
+        self.trim_soon()
+
+    # ------------------------------------------------------------------ other workers
+    async def ask_runner(self, conversation_id: uuid.UUID, op: str, **members: Any) -> dict[str, Any] | None:
+        """Ask whatever worker runs the conversation's turn (``op``: ``cancel``, ``replay``,
+        ``followers``); ``None`` when none answered."""
+        return await self.delivery.ask({"op": op, "conversationId": str(conversation_id), **members})
+
+    async def _answer(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """Answer another worker's control request about a turn of this worker."""
+        cid = uuid.UUID(str(message.get("conversationId")))
+        op = message.get("op")
+        if op == "followers":
+            count = self.delivery.follower_count(cid)
+            return {"followers": count} if count else None
+        runner = self._runners.get(cid)
+        if runner is None:
+            return None
+        if op == "cancel":
+            runner.cancel()
+            return {"cancelled": True, "turnId": runner.turn_id}
+        if op == "replay":
+            after = message.get("afterSeq")
+            return runner.state(after if isinstance(after, int) and after >= 0 else 0).to_message()
+        return None
+
+    async def turn_state(self, conversation_id: uuid.UUID, *, after_seq: int = 0) -> TurnState | None:
+        """The running turn's events after ``after_seq``: from the local runner at once, else
+        by asking the other workers; ``None`` when no runner answered."""
+        runner = self._runners.get(conversation_id)
+        if runner is not None:
+            return runner.state(after_seq)
+        answer = await self.ask_runner(conversation_id, "replay", afterSeq=after_seq)
+        return None if answer is None else TurnState.from_message(answer)
+
+    def notify(self, conversation_id: uuid.UUID, frame: dict[str, Any], *, user_pk: Any = None) -> None:
+        """Publish a notice (not a turn event) to the conversation's followers and, when
+        ``user_pk`` is given, to that user's other sockets, on every worker."""
+        self.delivery.publish(conversation_id, frame)
+        if user_pk is not None:
+            self.delivery.publish_user(user_pk, conversation_id, frame)
+
+    # ------------------------------------------------------------------ stopping
+    async def drain(self, timeout: float) -> None:
+        """Stop taking turns, let running ones finish for up to ``timeout`` seconds, stop the
+        rest (each ends ``cancelled``, its partial message dropped), then close every socket
+        with 1001 once its ``turn_end`` went out."""
+        self.draining = True
+        logger.info("draining: %d turn(s) running; new turns are refused", len(self._runners))
+        if not await self.wait_idle(timeout):
+            for runner in self.runners():
+                runner.cancel()
+            await self.wait_idle(10.0)
+        await self.delivery.flush()
+        for socket, close in list(self._closers.items()):
+            await socket.flushed()
+            await close(CLOSE_GOING_AWAY)
+
     async def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop every running turn (each ends ``cancelled``, its partial message dropped),
-        wait for them up to ``timeout`` seconds, then cancel what is left and the reply task."""
+        """Stop every running turn, wait for them up to ``timeout`` seconds, then cancel the
+        hub's tasks and stop the delivery."""
         for runner in self.runners():
             runner.cancel()
         await self.wait_idle(timeout)
         if self._trim_task is not None:
             self._trim_task.cancel()
-            await asyncio.gather(self._trim_task, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=1.0)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.delivery.stop()
 
-    # ------------------------------------------------------------------ local followers
-    def follow(self, conversation_id: uuid.UUID, follower: Follower) -> None:
-        """``follower`` gets the conversation's frames published in this process from now on."""
-        self._followers.setdefault(conversation_id, set()).add(follower)
-
-    def unfollow(self, conversation_id: uuid.UUID, follower: Follower, *, closing: bool = False) -> None:
-        """Stop pushing the conversation's frames to ``follower``.
-
-        ``closing``: the socket closed; the local runner then checks whether its last
-        follower left (``JXAI_CANCEL_ON_DISCONNECT``).
-        """
-        group = self._followers.get(conversation_id)
-        if group is not None:
-            group.discard(follower)
-            if not group:
-                del self._followers[conversation_id]
-        runner = self._runners.get(conversation_id)
-        if closing and runner is not None:
-            runner.follower_left()
-
-    def follower_count(self, conversation_id: uuid.UUID) -> int:
-        """Sockets of this process following the conversation."""
-        return len(self._followers.get(conversation_id, ()))
-
-    def join_user(self, user_pk: Any, follower: Follower) -> None:
-        """Register a socket of ``user_pk`` for conversation-list notices."""
-        self._user_sockets.setdefault(user_pk, set()).add(follower)
-
-    def leave_user(self, user_pk: Any, follower: Follower) -> None:
-        """A socket of ``user_pk`` closed: no more list notices for it."""
-        sockets = self._user_sockets.get(user_pk)
-        if sockets is not None:
-            sockets.discard(follower)
-            if not sockets:
-                del self._user_sockets[user_pk]
-        self._trim_soon()
-
-    def push_local(self, conversation_id: uuid.UUID, frame: dict[str, Any]) -> None:
-        """Deliver ``frame`` to this process's followers of the conversation, in call order."""
-        for follower in list(self._followers.get(conversation_id, ())):
-            follower.deliver(frame)
-
-    # ------------------------------------------------------------------ layer
-    async def group_frames(self, group: str, conversation_id: uuid.UUID, frames: list[dict[str, Any]],
-                           *, scope: str = "conv") -> None:
-        """Send frames to a layer group as one ``jxai.frames`` message (errors logged)."""
-        layer = self.layer
-        if layer is None or not frames:
+    # ------------------------------------------------------------------ memory
+    def trim_soon(self) -> None:
+        """Memory was freed (a turn ended, a socket closed): unless a trim is pending, return
+        free memory once no turn has run for ``idle_trim`` seconds."""
+        if self.idle_trim is None or (self._trim_task is not None and not self._trim_task.done()):
             return
         try:
-            await layer.group_send(group, {"type": names.FRAMES, "origin": self.worker_id, "scope": scope,
-                                           "conversationId": str(conversation_id), "frames": frames})
-        except Exception:
-            logger.exception("channel layer: group_send to %s failed", group)
-
-    async def notify(self, conversation_id: uuid.UUID, frame: dict[str, Any], *, user_pk: Any = None) -> None:
-        """Publish a notice now (not a turn event): local followers (and the user's sockets),
-        then the conversation's group (and the user's group) on the layer."""
-        self.push_local(conversation_id, frame)
-        await self.group_frames(names.conversation_group(conversation_id), conversation_id, [frame])
-        await self.notify_user(conversation_id, frame, user_pk=user_pk)
-
-    async def notify_user(self, conversation_id: uuid.UUID, frame: dict[str, Any], *, user_pk: Any) -> None:
-        """A list notice for the user's sockets that do not follow the conversation (those
-        get it on the conversation's own path): here directly, elsewhere through the layer."""
-        if user_pk is None:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
             return
-        followers = self._followers.get(conversation_id, ())
-        for follower in list(self._user_sockets.get(user_pk, ())):
-            if follower not in followers:
-                follower.deliver(frame)
-        await self.group_frames(names.user_group(user_pk), conversation_id, [frame], scope="user")
+        self._trim_task = loop.create_task(self._trim_when_idle(self.idle_trim))
 
-    async def _ensure_reply_channel(self) -> str | None:
-        layer = self.layer
-        if layer is None:
-            return None
-        async with self._reply_lock:
-            if self._reply_channel is None:
-                self._reply_channel = await layer.new_channel()
-                self._reply_task = self.spawn(self._receive_replies(self._reply_channel), name="jxai-hub-replies")
-        return self._reply_channel
-
-    async def _receive_replies(self, channel: str) -> None:
-        def answer(message: dict[str, Any]) -> None:
-            future = self._pending.get(str(message.get("request")))
-            if future is not None and not future.done():
-                future.set_result(message)
-
-        await receive_each(self.layer, channel, answer, "channel layer: receiving replies failed")
-
-    async def ask_runner(self, conversation_id: uuid.UUID, message: dict[str, Any]) -> dict[str, Any] | None:
-        """Send a control message to whatever runner runs the conversation's turn (on any
-        worker) and wait for its answer up to ``reply_timeout`` seconds; ``None`` when none
-        answered (no runner alive, no channel layer, or the layer failing: logged)."""
-        try:
-            channel = await self._ensure_reply_channel()
-        except Exception:
-            logger.exception("channel layer: cannot open the reply channel")
-            return None
-        if channel is None:
-            return None
-        request = uuid.uuid4().hex
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request] = future
-        try:
-            await self.layer.group_send(names.control_group(conversation_id),
-                                        {**message, "request": request, "reply_to": channel})
-            return await asyncio.wait_for(future, self.reply_timeout)
-        except asyncio.TimeoutError:
-            return None
-        except Exception:
-            logger.exception("channel layer: control request to %s failed", conversation_id)
-            return None
-        finally:
-            self._pending.pop(request, None)
-
-    async def tell_runner(self, conversation_id: uuid.UUID, message: dict[str, Any]) -> None:
-        """Send a control message to the conversation's runner without waiting (errors logged)."""
-        layer = self.layer
-        if layer is None:
+    async def _trim_when_idle(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(delay, self._last_trim + TRIM_INTERVAL_SECONDS - loop.time()))
+        if self._runners:
             return
+        self._last_trim = loop.time()
         try:
-            await layer.group_send(names.control_group(conversation_id), message)
+            collect_garbage()  # a burst leaves reference cycles (connections, frames): free them first
+            await asyncio.to_thread(release_free_memory)
         except Exception:
-            logger.exception("channel layer: control message to %s failed", conversation_id)
-
-    async def turn_state(self, conversation_id: uuid.UUID, *, after_seq: int = 0,
-                         follower: Follower | None = None) -> TurnState | None:
-        """The running turn's events after ``after_seq``: from the local runner at once
-        (and, atomically with reading it, ``follower`` starts following), else by asking
-        the runner on another worker; ``None`` when no runner answered."""
-        if follower is not None:
-            self.follow(conversation_id, follower)
-        runner = self._runners.get(conversation_id)
-        if runner is not None:
-            return runner.state(after_seq)
-        answer = await self.ask_runner(conversation_id, {"type": names.REPLAY, "afterSeq": after_seq})
-        return None if answer is None else TurnState.from_message(answer)
+            logger.exception("returning free memory failed")
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TurnHub] = weakref.WeakKeyDictionary()
@@ -387,13 +270,14 @@ def get_hub() -> TurnHub:
     hub = _hubs.get(loop)
     if hub is None:
         hub = _hubs[loop] = TurnHub()
-        _install_shutdown(hub)
+        _install_shutdown(hub, loop)
     return hub
 
 
-def _install_shutdown(hub: TurnHub) -> None:
-    """Under daphne (Twisted's asyncio reactor), stop the hub's turns before the reactor
-    stops, so their partial messages are dropped and conversations return to idle."""
+def _install_shutdown(hub: TurnHub, loop: asyncio.AbstractEventLoop) -> None:
+    """Under daphne (Twisted's asyncio reactor): SIGTERM drains (:meth:`TurnHub.drain`, for
+    ``JXAI_DRAIN_SECONDS``) and then stops the reactor; any other stop (Ctrl-C) stops the
+    hub's turns before the reactor stops, so their partial messages are dropped."""
     try:
         from twisted.internet import reactor  # type: ignore[import-untyped]
         from twisted.internet.defer import Deferred  # type: ignore[import-untyped]
@@ -402,7 +286,16 @@ def _install_shutdown(hub: TurnHub) -> None:
     if not getattr(reactor, "running", False):
         return
 
-    def before_shutdown() -> Any:
-        return Deferred.fromFuture(asyncio.ensure_future(hub.shutdown()))
+    async def drain_then_stop() -> None:
+        try:
+            await hub.drain(conf.get_turn_timing().drain)
+        finally:
+            reactor.stop()
 
-    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
+    def on_sigterm() -> None:
+        if not hub.draining:
+            hub.spawn(drain_then_stop(), name="jxai-drain")
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    reactor.addSystemEventTrigger("before", "shutdown", lambda: Deferred.fromFuture(
+        asyncio.ensure_future(hub.shutdown())))

@@ -1,11 +1,11 @@
-"""One socket's side of the protocol: what it follows and the order of what it sends.
+"""One socket's side of the protocol: what it follows and the order of what it sends
+(docs/websocket.md, docs/turns.md).
 
 A :class:`Session` belongs to one websocket consumer. Everything the socket sends goes
 through the session's queue and its one task, in order:
 
-- frames pushed by this worker's hub (unbounded, lossless, in publish order);
-- frames from other workers (``jxai.frames`` through the layer; frames of this worker's
-  own origin are dropped by the consumer, since they arrived directly);
+- frames the worker's delivery pushes (this worker's turns and notices, and those of other
+  workers through the channel layer; unbounded, lossless, in publish order);
 - the answers to the client's requests (``snapshot``, ``replay``, ``conversations`` …),
   run as jobs one at a time, so a snapshot and the live events after it never cross.
 
@@ -27,27 +27,24 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
-from datetime import datetime
 from typing import Any, Awaitable, Callable
-
-from channels.db import database_sync_to_async
-from django.db.models import Q
 
 from jxai_app import conf, store
 from jxai_app.core.errors import ProblemError
+from jxai_app.core.problems import problem
 from jxai_app.models import ConversationStatus
-from jxai_app.core.problems import problem, problem_error
-from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
 from jxai_app.store.common import get_owned
-from jxai_app.turns import control, names
+from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
+from jxai_app.turns import control
+from jxai_app.store.dbsync import db_request
 from jxai_app.turns.hub import TurnHub
 
-__all__ = ["Session"]
+__all__ = ["Session", "error_frame"]
 
 logger = logging.getLogger("jxai_app.turns")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-GroupChange = Callable[[str], Awaitable[None]]
+Close = Callable[[int], Awaitable[None]]
 
 _KNOWN_TURNS = 8
 """Turns whose last seq a session remembers (the current one and a few before)."""
@@ -67,37 +64,12 @@ def _load(user: Any, conversation_id: uuid.UUID) -> tuple[dict[str, Any], list[d
     return conversation_dict(conversation), message_dicts(messages), None if running is None else str(running)
 
 
-def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
-    """Read a ``next`` cursor (``<updatedAt ISO>|<id>``) back.
-
-    Raises:
-        ProblemError: ``invalid-request`` when it is not one.
-    """
-    try:
-        at, pk = before.split("|")
-        parsed = datetime.fromisoformat(at)
-        if parsed.tzinfo is None:
-            raise ValueError("naive")
-        return parsed, uuid.UUID(pk)
-    except ValueError:
-        raise problem_error("invalid-request", "'list': 'before' must be the 'next' cursor of a previous "
-                                               "'conversations' frame.") from None
-
-
 def _page(user: Any, before: str | None = None) -> dict[str, Any]:
-    """A ``conversations`` frame: one page (``JXAI_CONVERSATIONS_PAGE_SIZE``) of the user's
-    conversations, most recently updated first, after the cursor ``before``; ``next`` (the
-    cursor of the following page) only when there is one."""
-    size = max(1, conf.get_limits().conversations_page_size)
-    rows = store.conversation_list(user=user).order_by("-updated_at", "-pk")
-    if before is not None:
-        at, pk = _cursor(before)
-        rows = rows.filter(Q(updated_at__lt=at) | Q(updated_at=at, pk__lt=pk))
-    page = list(rows[: size + 1])
-    frame: dict[str, Any] = {"type": "conversations", "items": conversation_dicts(page[:size])}
-    if len(page) > size:
-        last = page[size - 1]
-        frame["next"] = f"{last.updated_at.isoformat()}|{last.pk}"
+    """A ``conversations`` frame: one page (``JXAI_CONVERSATIONS_PAGE_SIZE``) after ``before``."""
+    rows, cursor = store.conversation_page(user=user, size=conf.get_limits().conversations_page_size, before=before)
+    frame: dict[str, Any] = {"type": "conversations", "items": conversation_dicts(rows)}
+    if cursor is not None:
+        frame["next"] = cursor
     return frame
 
 
@@ -121,34 +93,29 @@ class Session:
         hub: the worker's hub.
         user: the socket's authenticated user.
         send: sends one frame on the socket.
-        join_group, leave_group: add/remove the socket's layer channel to/from a group.
+        close: closes the socket with a code (the drain's end).
     """
 
-    def __init__(self, *, hub: TurnHub, user: Any, send: Send, join_group: GroupChange,
-                 leave_group: GroupChange) -> None:
+    def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close) -> None:
         self.hub = hub
         self.user = user
-        self.id = uuid.uuid4().hex
         self.following: uuid.UUID | None = None
         self._send = send
-        self._join = join_group
-        self._leave = leave_group
-        self._group: str | None = None
+        self._close = close
         self._seqs: OrderedDict[str, int] = OrderedDict()
         self._recovering: set[str] = set()
         self._resnapshot = False
-        self._announced: set[uuid.UUID] = set()
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._out: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
-        self._group_lock = asyncio.Lock()
-        self._group_syncs: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._closed = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Start the session's task and register for the user's list notices."""
-        self.hub.join_user(self.user.pk, self)
+        self.hub.add_socket(self, self.user.pk, self._close)
         self._task = asyncio.ensure_future(self._loop())
 
     async def close(self) -> None:
@@ -160,34 +127,48 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self.hub.leave_user(self.user.pk, self)
+        self.hub.remove_socket(self, self.user.pk)
         following, self.following = self.following, None
         if following is not None:
-            self.hub.unfollow(following, self, closing=True)
+            self.hub.delivery.unfollow(following, self)
         while not self._queue.empty():
             self._queue.get_nowait()
-        for task in (self._task, *self._group_syncs):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        if self._group is not None:
-            group, self._group = self._group, None
-            await self._leave(group)
-        if following is not None and following in self._announced:
-            await self.hub.tell_runner(following, {"type": names.UNFOLLOW, "follower": self.id, "closing": True})
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if following is not None and conf.cancel_on_disconnect():
+            await self._cancel_if_unfollowed(following)
+
+    async def _cancel_if_unfollowed(self, conversation_id: uuid.UUID) -> None:
+        """``JXAI_CANCEL_ON_DISCONNECT``: Stop the turn when no socket follows it any more,
+        on any worker."""
+        if self.hub.delivery.follower_count(conversation_id):
+            return
+        if await self.hub.ask_runner(conversation_id, "followers") is not None:
+            return
+        runner = self.hub.runner(conversation_id)
+        if runner is not None:
+            logger.info("turn %s: last follower left, cancelling (JXAI_CANCEL_ON_DISCONNECT)", runner.turn_id)
+            runner.cancel()
+        else:
+            await self.hub.ask_runner(conversation_id, "cancel")
+
+    async def flushed(self) -> None:
+        """Return once everything queued so far was sent (the drain waits for it)."""
+        while not self._closed and not (self._queue.empty() and self._idle.is_set()):
+            await asyncio.sleep(0.01)
 
     # ------------------------------------------------------------------ input
     def deliver(self, frame: dict[str, Any]) -> None:
-        """A frame from this worker (hub push). Never blocks, never drops."""
+        """A frame from the worker's delivery. Never blocks, never drops."""
         if not self._closed:
-            self._queue.put_nowait(("local", frame))
+            self._queue.put_nowait(("frame", frame))
 
-    def deliver_remote(self, frames: list[dict[str, Any]], *, scope: str) -> None:
-        """Frames from another worker (``scope`` ``conv`` or ``user``)."""
+    def refresh(self) -> None:
+        """Frames may have been lost (the channel layer was down): take a fresh snapshot of
+        the followed conversation."""
         if not self._closed:
-            kind = "user" if scope == "user" else "remote"
-            for frame in frames:
-                self._queue.put_nowait((kind, frame))
+            self._queue.put_nowait(("refresh", None))
 
     def submit(self, request: str | None, conversation_id: str | None,
                job: Callable[[], Awaitable[None]]) -> None:
@@ -203,14 +184,14 @@ class Session:
     def adopt(self, conversation_id: uuid.UUID, turn_id: str) -> None:
         """Follow ``conversation_id`` at once, expecting ``turn_id`` from seq 1 (called by
         ``start_turn`` before the turn's task starts, so nothing is missed)."""
-        self._follow_local(conversation_id)
+        self._follow(conversation_id)
         self._remember(turn_id, 0)
-        self._queue.put_nowait(("group", conversation_id))
 
     # ------------------------------------------------------------------ the task
     async def _loop(self) -> None:
         while True:
             kind, payload = await self._queue.get()
+            self._idle.clear()
             batch = [(kind, payload)]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
@@ -218,14 +199,16 @@ class Session:
                 if kind == "job":
                     await self._flush()
                     await self._run_job(*payload)
-                elif kind == "group":
-                    self._sync_group_soon()
+                elif kind == "refresh":
+                    self._want_snapshot()
                 else:
                     try:
-                        self._route(kind, payload)
+                        self._route(payload)
                     except Exception:  # a malformed frame from the layer must not end the socket
                         logger.exception("dropping a frame that cannot be routed: %.200r", payload)
             await self._flush()
+            if self._queue.empty():
+                self._idle.set()
 
     async def _flush(self) -> None:
         out, self._out = self._out, []
@@ -259,50 +242,14 @@ class Session:
         await self._flush()
 
     # ------------------------------------------------------------------ following
-    def _follow_local(self, conversation_id: uuid.UUID) -> None:
+    def _follow(self, conversation_id: uuid.UUID | None) -> None:
         if self.following == conversation_id:
             return
         if self.following is not None:
-            self.hub.unfollow(self.following, self)
+            self.hub.delivery.unfollow(self.following, self)
         self.following = conversation_id
-        self.hub.follow(conversation_id, self)
-
-    def _sync_group_soon(self) -> None:
-        """:meth:`_sync_group` beside the frames: after a send, the turn runs in this
-        process and its frames come directly, so they need not wait for the layer's round
-        trip (a Redis ``SUBSCRIBE``); only frames of other workers need the group. It also
-        waits for this worker's starting model requests (:meth:`~jxai_app.turns.starts.StartingTurns.after`)."""
-        task = asyncio.ensure_future(self._sync_group_later())
-        self._group_syncs.add(task)
-        task.add_done_callback(self._group_syncs.discard)
-
-    async def _sync_group_later(self) -> None:
-        await self.hub.starting.after()
-        await self._sync_group()
-
-    async def _sync_group(self) -> None:
-        """Make the socket's layer group membership match what it follows (one change at
-        a time)."""
-        async with self._group_lock:
-            wanted = None
-            if self.following is not None and self.hub.fanout:
-                wanted = names.conversation_group(self.following)
-            if wanted == self._group:
-                return
-            if self._group is not None:
-                await self._leave(self._group)
-            self._group = wanted
-            if wanted is not None:
-                await self._join(wanted)
-
-    async def _switch(self, conversation_id: uuid.UUID | None) -> None:
-        if conversation_id is None:
-            if self.following is not None:
-                self.hub.unfollow(self.following, self)
-            self.following = None
-        else:
-            self._follow_local(conversation_id)
-        await self._sync_group()
+        if conversation_id is not None:
+            self.hub.delivery.follow(conversation_id, self)
 
     def _remember(self, turn_id: str, last_seq: int) -> None:
         self._seqs[turn_id] = last_seq
@@ -311,15 +258,13 @@ class Session:
             self._seqs.popitem(last=False)
 
     # ------------------------------------------------------------------ routing
-    def _route(self, kind: str, frame: dict[str, Any]) -> None:
+    def _route(self, frame: dict[str, Any]) -> None:
         ftype = frame.get("type")
         cid = frame.get("conversationId")
         if cid is None and isinstance(frame.get("conversation"), dict):
             cid = frame["conversation"].get("id")
         following = None if self.following is None else str(self.following)
         if ftype in ("conversation", "conversation_deleted"):
-            if kind == "user" and cid == following:
-                return  # this socket gets it on the conversation's own path
             self._emit(frame)
             if ftype == "conversation_deleted" and cid == following:
                 self._queue.put_nowait(("job", (None, None, self._forget)))
@@ -330,7 +275,7 @@ class Session:
         if cid != following:
             return
         if ftype == "events":
-            self._sequence(kind, frame)
+            self._sequence(frame)
         elif ftype == "snapshot":
             turn = frame.get("turn")
             if isinstance(turn, dict):
@@ -339,7 +284,7 @@ class Session:
         else:
             self._emit(frame)
 
-    def _sequence(self, kind: str, frame: dict[str, Any]) -> None:
+    def _sequence(self, frame: dict[str, Any]) -> None:
         turn_id = str(frame["turnId"])
         items = frame.get("items") or []
         if not items:
@@ -351,8 +296,6 @@ class Session:
                 self._want_snapshot()
                 return
             last = 0
-            if kind == "remote":
-                self._announce()
         fresh: list[dict[str, Any]] = []
         for item in items:
             seq = item["seq"]
@@ -380,21 +323,8 @@ class Session:
         cid = self.following
         self._queue.put_nowait(("job", (None, str(cid), lambda: self._recover(cid, turn_id))))
 
-    def _announce(self) -> None:
-        """Tell a runner on another worker this socket follows it (only needed for
-        ``JXAI_CANCEL_ON_DISCONNECT``)."""
-        cid = self.following
-        if cid is None or cid in self._announced or not conf.cancel_on_disconnect():
-            return
-        self._announced.add(cid)
-
-        async def tell() -> None:
-            await self.hub.tell_runner(cid, {"type": names.FOLLOW, "follower": self.id})
-
-        self._queue.put_nowait(("job", (None, None, tell)))
-
     async def _forget(self) -> None:
-        await self._switch(None)
+        self._follow(None)
 
     async def _recover(self, conversation_id: uuid.UUID, turn_id: str) -> None:
         """Fill a gap of ``turn_id`` from the runner's log, or take a fresh snapshot."""
@@ -424,11 +354,11 @@ class Session:
             ProblemError: ``not-found`` (checked before following anything).
         """
         self._resnapshot = False
-        conversation_id = await database_sync_to_async(_owned)(self.user, conversation_id)
-        await self._switch(conversation_id)
+        conversation_id = await db_request(_owned, self.user, conversation_id)
+        self._follow(conversation_id)
         frame: dict[str, Any] | None = None
         for attempt in range(_SNAPSHOT_ATTEMPTS):
-            data, messages, running = await database_sync_to_async(_load)(self.user, conversation_id)
+            data, messages, running = await db_request(_load, self.user, conversation_id)
             frame = {"type": "snapshot", "conversationId": str(conversation_id), "conversation": data,
                      "messages": messages, "turn": None}
             if running is None:
@@ -498,4 +428,4 @@ class Session:
         Raises:
             ProblemError: ``invalid-request`` for a cursor that is not one.
         """
-        self._emit(await database_sync_to_async(_page)(self.user, before))
+        self._emit(await db_request(_page, self.user, before))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from tests.app.store_support import TurnFeed
 
 
 def main(user_id: str, conversation_id: str) -> None:
@@ -23,7 +24,7 @@ def main(user_id: str, conversation_id: str) -> None:
 
     user = get_user_model().objects.get(pk=int(user_id))
     turn = store.message_send(user=user, conversation_id=conversation_id, text="Tell me a long story")
-    recorder = store.TurnRecorder(turn)
+    recorder = TurnFeed(turn)
     recorder.add_delta("Once upon a time")
     assert recorder.flush()
     print(f"READY {turn.assistant_message_id}", flush=True)

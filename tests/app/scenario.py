@@ -17,6 +17,7 @@ from jxai_app import store
 from jxai_app.models import Conversation, Message
 from jxai_app.core.problems import problem
 from tests.app.conftest import FakeClock
+from tests.app.store_support import TurnFeed
 
 STEP_SECONDS = 0.5
 
@@ -90,7 +91,7 @@ class ScenarioRunner:
             self.context_window = step.get("context_window")
         elif op == "send":
             turn = store.message_send(user=self.user, conversation_id=self.cid, text=step["text"])
-            self.recorder = store.TurnRecorder(turn, context_window=self.context_window, clock=self.clock)
+            self.recorder = TurnFeed(turn, context_window=self.context_window)
         elif op == "advance":
             self.clock.advance(step["seconds"])
         elif op == "retry":

@@ -13,6 +13,7 @@ from django.urls import reverse
 from jxai_app import store
 from jxai_app.models import ApiToken, Conversation, ToolPolicy, UserLimits
 from tests.app.conftest import FakeClock
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db
 
@@ -40,8 +41,7 @@ def reader(django_user_model: Any) -> Any:
 @pytest.fixture
 def conversations(user: Any, other_user: Any, clock: FakeClock) -> dict[str, Conversation]:
     weather = store.conversation_create(user=user, model="gpt-4o")
-    rec = store.TurnRecorder(store.message_send(user=user, conversation_id=weather.pk, text="Weather in Oslo?"),
-                             clock=clock)
+    rec = TurnFeed(store.message_send(user=user, conversation_id=weather.pk, text="Weather in Oslo?"))
     rec.add_reasoning("Need the weather tool.")
     rec.tool_call_start("call_1", "get_weather")
     rec.tool_call_delta("call_1", '{"city":"Oslo","note":"' + XSS.replace('"', '\\"') + '"}')
@@ -52,8 +52,8 @@ def conversations(user: Any, other_user: Any, clock: FakeClock) -> dict[str, Con
     rec.finish_round(stop_reason="stop", usage={"inputTokens": 30, "outputTokens": 9}, last=True)
 
     failed = store.conversation_create(user=other_user, model="claude")
-    rec = store.TurnRecorder(store.message_send(user=other_user, conversation_id=failed.pk,
-                                                text="Summarise the pangolin report"), clock=clock)
+    rec = TurnFeed(store.message_send(user=other_user, conversation_id=failed.pk,
+                                                text="Summarise the pangolin report"))
     rec.fail("Provider overloaded", {"type": "https://jxai.dev/problems/upstream-failure"})
     return {"weather": weather, "failed": failed}
 

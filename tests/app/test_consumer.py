@@ -17,6 +17,7 @@ from tests.app.turns_support import (  # noqa: F401  (fixtures)
     DOWN_MODEL, MODEL, Tab, assert_in_order, fake, hub, text_script, tool_script,
 )
 from tests.support.fake_provider import FakeProvider, Script, Write, openai_chunk, openai_text_stream
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -272,7 +273,7 @@ async def test_another_users_conversation_is_answered_like_a_missing_one(
     def theirs() -> str:
         conversation = store.conversation_create(user=other_user, model=MODEL, title="secret plans")
         turn = store.message_send(user=other_user, conversation_id=conversation.pk, text="top secret")
-        recorder = store.TurnRecorder(turn)
+        recorder = TurnFeed(turn)
         recorder.add_delta("classified")
         recorder.end_turn()
         return str(conversation.pk)

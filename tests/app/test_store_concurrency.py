@@ -14,6 +14,7 @@ from django.db import connection
 from jxai_app import store
 from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, Message, ToolCall
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,7 +46,7 @@ def _in_threads(count: int, work: Callable[[int], Any]) -> tuple[list[Any], list
 def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
     """A two-round turn with flushes forced on every delta batch, reads in between."""
     turn = store.message_send(user=user, conversation_id=conversation_id, text=f"question {i}")
-    recorder = store.TurnRecorder(turn, flush_interval=0.0)
+    recorder = TurnFeed(turn, flush_interval=0.0)
     for n in range(30):
         recorder.add_delta(f"{n} ")
         if n % 3 == 0:

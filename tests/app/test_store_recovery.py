@@ -21,6 +21,7 @@ from jxai_app import store
 from jxai_app.models import Conversation, Message, MessageStatus
 from tests.app.conftest import FakeClock
 from tests.support.database import database_url
+from tests.app.store_support import TurnFeed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _completed_exchange(user: Any, clock: FakeClock) -> Conversation:
     conversation = store.conversation_create(user=user, model="gpt-4o")
     turn = store.message_send(user=user, conversation_id=conversation.pk, text="Hi")
-    recorder = store.TurnRecorder(turn, clock=clock)
+    recorder = TurnFeed(turn)
     recorder.add_delta("Hello!")
     assert recorder.finish_round(stop_reason="stop", usage={"inputTokens": 3, "outputTokens": 2}, last=True)
     return conversation
@@ -56,7 +57,7 @@ def _run_command(*args: str) -> str:
 def test_command_drops_a_dead_turns_partial_and_keeps_completed_messages(user: Any, clock: FakeClock) -> None:
     conversation = _completed_exchange(user, clock)
     turn = store.message_send(user=user, conversation_id=conversation.pk, text="Tell me more")
-    recorder = store.TurnRecorder(turn, clock=clock)
+    recorder = TurnFeed(turn)
     recorder.add_delta("It was a dark")
     assert recorder.flush()
     recorder.tool_call_start("c", "f")
@@ -102,8 +103,7 @@ def test_command_all_ends_every_streaming_turn(user: Any) -> None:
 def test_turn_between_rounds_is_alive_while_it_keeps_alive(user: Any, clock: FakeClock) -> None:
     """During a long tool run nothing streams; the keep-alive heartbeat keeps the turn."""
     conversation = store.conversation_create(user=user, model="m")
-    recorder = store.TurnRecorder(store.message_send(user=user, conversation_id=conversation.pk, text="x"),
-                                  clock=clock)
+    recorder = TurnFeed(store.message_send(user=user, conversation_id=conversation.pk, text="x"))
     recorder.tool_call_start("slow", "long_job")
     assert recorder.finish_round(stop_reason="tool_calls")
     _age(conversation, 25)

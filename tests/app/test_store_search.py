@@ -8,14 +8,14 @@ import pytest
 
 from jxai_app import store
 from tests.app.conftest import FakeClock
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db
 
 
 def _exchange(user: Any, clock: FakeClock, question: str, answer: str, title: str = "") -> Any:
     conversation = store.conversation_create(user=user, model="m", title=title)
-    recorder = store.TurnRecorder(store.message_send(user=user, conversation_id=conversation.pk, text=question),
-                                  clock=clock)
+    recorder = TurnFeed(store.message_send(user=user, conversation_id=conversation.pk, text=question))
     recorder.add_delta(answer)
     recorder.finish_round(stop_reason="stop", last=True)
     return conversation
@@ -36,8 +36,7 @@ def test_search_finds_only_own_conversations_title_hits_first(user: Any, other_u
 
 def test_search_ignores_the_streaming_placeholder(user: Any, clock: FakeClock) -> None:
     conversation = store.conversation_create(user=user, model="m")
-    recorder = store.TurnRecorder(store.message_send(user=user, conversation_id=conversation.pk, text="hi"),
-                                  clock=clock)
+    recorder = TurnFeed(store.message_send(user=user, conversation_id=conversation.pk, text="hi"))
     recorder.add_delta("zebra")
     assert recorder.flush()
     assert store.conversation_search(owner=user, query="zebra") == []

@@ -12,6 +12,7 @@ from jxai_app.core.errors import ProblemError
 from jxai_app.models import ApiToken, Conversation, ConversationStatus, Message, MessageStatus, ToolCall
 from jxai_app.core.streaming.events import DeltaEvent, DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
 from tests.app.conftest import FakeClock, count_writes
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def _start(user: Any, clock: FakeClock, text: str = "Hello", **create: Any) -> tuple[Conversation, store.TurnRecorder]:
     conversation = store.conversation_create(user=user, model=create.pop("model", "gpt-4o"), **create)
     turn = store.message_send(user=user, conversation_id=conversation.pk, text=text)
-    return conversation, store.TurnRecorder(turn, clock=clock)
+    return conversation, TurnFeed(turn)
 
 
 def _snapshot(conversation: Conversation) -> list[tuple[Any, ...]]:
@@ -174,7 +175,7 @@ def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: Fake
     recorder.tool_call_start("call_0", "add")
     assert recorder.finish_round(stop_reason="tool_calls", last=True)
     turn = store.message_send(user=user, conversation_id=conversation.pk, text="turn two")
-    second = store.TurnRecorder(turn, clock=clock)
+    second = TurnFeed(turn)
     with pytest.raises(ProblemError):
         second.attach_tool_result(call_id="call_0", content="{}")
     with pytest.raises(ProblemError):

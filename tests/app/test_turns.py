@@ -16,6 +16,7 @@ from jxai_app.turns.names import conversation_group
 from tests.app.conftest import start_streaming, watch_one_turn
 from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -253,7 +254,7 @@ async def test_a_dead_runner_falls_back_to_the_database(user: Any, fake: FakePro
 
     def orphan_turn() -> None:  # a turn whose worker died: rows say streaming, no runner anywhere
         turn = store.message_send(user=user, conversation_id=cid, text="Lost in a crash.")
-        recorder = store.TurnRecorder(turn)
+        recorder = TurnFeed(turn)
         recorder.add_delta("half an ans")
         recorder.flush()
 

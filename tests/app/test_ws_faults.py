@@ -37,6 +37,7 @@ from tests.app.turns_support import (  # noqa: F401  (fixtures)
     MODEL, Tab, assert_in_order, closed_port, fake, hub, text_script,
 )
 from tests.support.fake_provider import FakeProvider, Handler
+from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -137,7 +138,7 @@ async def test_a_turn_whose_worker_died_is_recovered_when_a_socket_opens_it(user
     def orphan() -> Any:  # a turn whose worker died: rows say streaming, partial text flushed, silent since
         conversation = store.conversation_create(user=user, model=MODEL)
         turn = store.message_send(user=user, conversation_id=conversation.pk, text="Lost in a crash.")
-        recorder = store.TurnRecorder(turn)
+        recorder = TurnFeed(turn)
         recorder.add_delta("half an ans")
         recorder.flush()
         past = timezone.now() - timedelta(seconds=2 * STALE_AFTER_SECONDS)

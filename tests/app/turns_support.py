@@ -189,5 +189,8 @@ class Recorder:
     def adopt(self, conversation_id: Any, turn_id: str) -> None:
         self.adopted.append((conversation_id, turn_id))
 
+    def refresh(self) -> None:
+        self.frames.append({"type": "refresh"})
+
     def items(self) -> list[dict[str, Any]]:
         return [i for f in self.frames if f["type"] == "events" for i in f["items"]]

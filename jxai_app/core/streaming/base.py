@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Final, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -50,14 +49,6 @@ logger = logging.getLogger(__name__)
 
 MAX_JSON_BODY: Final[int] = 16 * 1024 * 1024
 """Largest 2xx JSON (non-streamed) body read, in bytes."""
-
-REQUEST_SENT: ContextVar[Callable[[], None] | None] = ContextVar("jxai_request_sent", default=None)
-"""A callback, set by the caller in the task that iterates a stream, called once the HTTP
-request is written out, before the client starts waiting for the answer (httpx's
-``receive_response_headers.started`` trace event). The Django layer uses it to send its
-sockets what can go out while the provider prepares its answer (issue 4, time to first
-token). Not called when the request fails before that point, nor by a transport that
-emits no trace events (e.g. ``httpx.MockTransport``): a caller must not rely on it alone."""
 
 _CANCELLED: Final[DoneEvent] = DoneEvent(stop_reason="cancelled")
 _TERMINAL: Final = (DoneEvent, ErrorEvent)
@@ -291,7 +282,6 @@ class BaseChatClient:
             # Until the request is on the wire the connect limit applies too; then the
             # first-byte clock restarts (httpx's trace hook tells us when).
             deadline = [_after(loop.time(), timeouts.connect, first_byte)]
-            sent = REQUEST_SENT.get()
 
             async def trace(name: str, info: Mapping[str, Any]) -> None:
                 if not name.endswith("receive_response_headers.started"):
@@ -300,11 +290,6 @@ class BaseChatClient:
                     when = loop.time() + first_byte
                     deadline[0] = when
                     guard.expire(when)
-                if sent is not None:
-                    try:
-                        sent()
-                    except Exception:  # the caller's hook must not fail the request
-                        logger.exception("the request-sent callback failed")
 
             request.extensions["trace"] = trace
             first_msg = f"The provider did not start answering within {first_byte:g} s." if first_byte else ""

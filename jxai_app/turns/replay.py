@@ -7,7 +7,7 @@ consecutive text fragments — ``delta``, ``reasoning``, or ``tool_call_delta`` 
 in one assistant message — as one string plus an array of end offsets (4 bytes a fragment),
 so 5,000 one-character deltas cost about 25 KB instead of several hundred.
 
-Item shape (the protocol's, ``/work/notes/ws-protocol.md``)::
+Item shape (the protocol's, ``docs/websocket.md``)::
 
     {"seq": 7, "messageId": 42 | None, "event": {"type": "delta", "content": "Hi"}}
 """

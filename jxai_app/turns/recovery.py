@@ -1,0 +1,105 @@
+"""Every worker's lease watch: turns whose worker died are recovered and their tabs told
+(docs/turns.md "Leases").
+
+Once a second each worker recovers the turns whose lease lapsed
+(:func:`jxai_app.store.turns_recover`) and publishes each recovered conversation's new state
+to every socket following it, on every worker: an unasked ``snapshot`` (``turn`` null, the
+partial message gone) and a ``conversation`` frame for the owner's other sockets.
+
+A worker judges leases only after its own database connection has answered for a whole
+lease period: after an outage every runner renews its lease (and retries its pending
+writes) within a few seconds of the database coming back, before any watch may take its
+turn for dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django.db import InterfaceError, OperationalError
+
+from jxai_app import conf, store
+from jxai_app.models import Conversation
+from jxai_app.store.common import parse_id
+from jxai_app.store.dbsync import db_thread_call
+from jxai_app.store.serializers import conversation_dict, message_dicts
+
+if TYPE_CHECKING:
+    from jxai_app.turns.delivery import LocalDelivery
+    from jxai_app.turns.hub import TurnHub
+
+__all__ = ["LeaseWatch", "publish_recovered", "snapshot_of"]
+
+logger = logging.getLogger("jxai_app.turns")
+
+WATCH_INTERVAL_SECONDS = 1.0
+"""How often a worker looks for lapsed leases."""
+
+
+def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
+    """A ``snapshot`` frame of a conversation with no running turn (sync; reads the database),
+    or ``None`` when it is gone. Ownership is the caller's to check."""
+    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    if conversation is None:
+        return None
+    _, messages = store.message_list(user=conversation.owner, conversation_id=conversation.pk)
+    return {"type": "snapshot", "conversationId": str(conversation.pk), "conversation": conversation_dict(conversation),
+            "messages": message_dicts(messages), "turn": None}
+
+
+def _recover_and_describe(lease: float, skip: set[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """Recover lapsed turns (not those running here) and return ``(owner, snapshot)`` of each."""
+    recovered = [r for r in store.turns_recover(lease=lease) if r.conversation_id not in skip]
+    out = []
+    for turn in recovered:
+        frame = snapshot_of(turn.conversation_id)
+        if frame is not None:
+            out.append((turn.owner_id, frame))
+    return out
+
+
+def publish_recovered(delivery: LocalDelivery, owner_id: Any, frame: dict[str, Any]) -> None:
+    """Tell every tab of a recovered conversation: the ``snapshot`` to its followers, the
+    ``conversation`` to the owner's other sockets."""
+    cid = parse_id(frame["conversationId"])
+    assert cid is not None
+    delivery.publish(cid, frame)
+    delivery.publish_user(owner_id, cid, {"type": "conversation", "conversation": frame["conversation"]})
+
+
+class LeaseWatch:
+    """One worker's watch (module docstring).
+
+    Args:
+        hub: the worker's hub (its runners are skipped; its delivery publishes).
+        interval: seconds between two looks.
+    """
+
+    def __init__(self, hub: TurnHub, interval: float = WATCH_INTERVAL_SECONDS) -> None:
+        self.hub, self.interval = hub, interval
+
+    async def run(self) -> None:
+        """Look every ``interval`` seconds until cancelled (errors logged, never fatal)."""
+        loop = asyncio.get_running_loop()
+        answering_since: float | None = None
+        while True:
+            await asyncio.sleep(self.interval)
+            lease = conf.get_turn_timing().lease
+            try:
+                if answering_since is None:
+                    await db_thread_call(Conversation.objects.exists)()
+                    answering_since = loop.time()
+                if loop.time() - answering_since < lease:
+                    continue
+                skip = {r.conversation_id for r in self.hub.runners()}
+                for owner, frame in await db_thread_call(_recover_and_describe)(lease, skip):
+                    logger.info("recovered the turn of conversation %s (its lease lapsed)", frame["conversationId"])
+                    publish_recovered(self.hub.delivery, owner, frame)
+            except (OperationalError, InterfaceError) as exc:
+                if answering_since is not None:
+                    logger.warning("lease watch: the database is not answering (%s)", exc)
+                answering_since = None
+            except Exception:
+                logger.exception("lease watch failed; trying again")

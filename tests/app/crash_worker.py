@@ -1,4 +1,4 @@
-"""A worker process that starts a turn, streams and flushes some text, then hangs until it is
+"""A worker process that starts a turn, streams some text, then hangs until it is
 killed (the crash test kills it with SIGKILL mid-turn).
 
 Usage: ``DATABASE_URL=… python -m tests.app.crash_worker USER_ID CONVERSATION_ID``; prints
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from tests.app.store_support import TurnFeed
 
 
 def main(user_id: str, conversation_id: str) -> None:
@@ -21,12 +20,13 @@ def main(user_id: str, conversation_id: str) -> None:
     from django.contrib.auth import get_user_model
 
     from jxai_app import store
+    from tests.app.store_support import TurnFeed
 
     user = get_user_model().objects.get(pk=int(user_id))
     turn = store.message_send(user=user, conversation_id=conversation_id, text="Tell me a long story")
     recorder = TurnFeed(turn)
     recorder.add_delta("Once upon a time")
-    assert recorder.flush()
+    assert recorder.renew_lease()
     print(f"READY {turn.assistant_message_id}", flush=True)
     while True:
         recorder.add_delta(" and then")

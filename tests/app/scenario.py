@@ -3,9 +3,9 @@
 A fixture is ``{"description", "steps", "conversation", "messages", "wire"}``. Steps are
 store operations (``create``, ``send``, ``delta``, ``reasoning``, ``tool_start``,
 ``tool_delta``, ``tool_end``, ``usage``, ``finish``, ``tool_result``, ``begin_round``,
-``note``, ``end_turn``, ``fail``, ``cancel``, ``retry``, ``advance``). The fake clock moves
-0.5 s per step, and the recorder is flushed whenever it says a flush is due, as the turn
-runner does. ``messages`` lists the saved rows in position order with default values left
+``note``, ``end_turn``, ``fail``, ``cancel``, ``retry``, ``advance``), the stream assembled as
+the agent loop assembles it (:class:`tests.app.store_support.TurnFeed`). The fake clock moves
+0.5 s per step. ``messages`` lists the saved rows in position order with default values left
 out (see :func:`message_row`).
 """
 
@@ -78,10 +78,6 @@ class ScenarioRunner:
             self.clock.advance(STEP_SECONDS)
             self.apply(step)
 
-    def _stream(self, due: bool) -> None:
-        if due and self.recorder is not None:
-            assert self.recorder.flush()
-
     def apply(self, step: dict[str, Any]) -> None:  # noqa: C901 - one branch per op
         op = step["op"]
         rec = self.recorder
@@ -102,15 +98,15 @@ class ScenarioRunner:
 
     def _turn_op(self, rec: store.TurnRecorder, op: str, step: dict[str, Any]) -> None:
         if op == "delta":
-            self._stream(rec.add_delta(step["content"]))
+            rec.add_delta(step["content"])
         elif op == "reasoning":
-            self._stream(rec.add_reasoning(step["content"]))
+            rec.add_reasoning(step["content"])
         elif op == "tool_start":
-            self._stream(rec.tool_call_start(step["id"], step["name"]))
+            rec.tool_call_start(step["id"], step["name"])
         elif op == "tool_delta":
-            self._stream(rec.tool_call_delta(step["id"], step["args"]))
+            rec.tool_call_delta(step["id"], step["args"])
         elif op == "tool_end":
-            self._stream(rec.tool_call_end(step["id"]))
+            rec.tool_call_end(step["id"])
         elif op == "usage":
             rec.set_usage(step["usage"])
         elif op == "finish":

@@ -46,6 +46,7 @@ class TurnFeed:
 
     def set_usage(self, usage: Mapping[str, Any]) -> None:
         self._feed(UsageEvent(input_tokens=usage["inputTokens"], output_tokens=usage["outputTokens"],
+                              cached_input_tokens=usage.get("cachedInputTokens"),
                               reasoning_tokens=usage.get("reasoningTokens")), 0)
 
     def _feed(self, event: Any, chars: int) -> None:

@@ -130,7 +130,7 @@ async def test_cancel_mid_stream_drops_the_partial_and_keeps_earlier_rounds(
     end = await tab.until_event("turn_end", timeout=2)
     assert loop.time() - asked < 1.0
     assert done["event"]["stopReason"] == "cancelled" and end["event"]["outcome"] == "cancelled"
-    assert fake.wait_closed(2.0)
+    assert await asyncio.to_thread(fake.wait_closed, 2.0)
     await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
     assert_in_order(tab.events())
 
@@ -200,7 +200,7 @@ async def test_closing_the_last_tab_cancels_with_the_setting(user: Any, fake: Fa
     tab = await Tab(user).open()
     cid = await start_streaming(tab, "Stop when I leave.")
     await tab.close()
-    assert fake.wait_closed(2.0)
+    assert await asyncio.to_thread(fake.wait_closed, 2.0)
     assert await hub.wait_idle(5)
     assert [r["role"] for r in await rows(cid)] == ["user"]
     assert (await get_conversation(cid)).status == ConversationStatus.IDLE
@@ -425,8 +425,8 @@ async def test_a_consumer_killed_without_disconnect_releases_its_session(user: A
     tab = await Tab(user).open()
     await tab.send(type="subscribe", conversationId=str(conversation.pk))
     await tab.until(lambda f: f["type"] == "snapshot")
-    assert hub.follower_count(conversation.pk) == 1
+    assert hub.delivery.follower_count(conversation.pk) == 1
     tab.comm.future.cancel()  # what a server does to an application that outlived its close timeout
     await asyncio.gather(tab.comm.future, return_exceptions=True)
-    assert hub.follower_count(conversation.pk) == 0
-    assert not hub._user_sockets
+    assert hub.delivery.follower_count(conversation.pk) == 0
+    assert not hub.delivery.sockets()

@@ -63,13 +63,13 @@ async def test_the_hub_returns_free_memory_once_no_turn_has_run_for_a_moment(
     hub.idle_trim = 0.2  # also where the C library has no malloc_trim: the schedule is what is tested
     fake.add(text_script(["a", "b"], delay=0.05), text_script(["c", "d", "e"], delay=0.2))
     info = await start_turn(user=user, conversation_id=None, text="One.", hub=hub)
-    await asyncio.wait_for(info.runner.finished.wait(), 10)
+    await asyncio.wait_for(info.runner.task, 10)
     assert await hub.wait_idle(5)  # the trim is not one of the hub's tasks: nothing waits for it
     assert calls == []
     second = await start_turn(user=user, conversation_id=info.conversation_id, text="Two.", hub=hub)
     await asyncio.sleep(0.3)
-    assert calls == [] and not second.runner.finished.is_set()  # the first trim found a turn running: skipped
-    await asyncio.wait_for(second.runner.finished.wait(), 10)
+    assert calls == [] and not second.runner.task.done()  # the first trim found a turn running: skipped
+    await asyncio.wait_for(second.runner.task, 10)
     await hub.wait_idle(5)
     await asyncio.sleep(0.4)
     assert calls == [0]  # once, with no turn running

@@ -44,13 +44,13 @@ def _in_threads(count: int, work: Callable[[int], Any]) -> tuple[list[Any], list
 
 
 def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
-    """A two-round turn with flushes forced on every delta batch, reads in between."""
+    """A two-round turn with lease renewals every few deltas, reads in between."""
     turn = store.message_send(user=user, conversation_id=conversation_id, text=f"question {i}")
-    recorder = TurnFeed(turn, flush_interval=0.0)
+    recorder = TurnFeed(turn)
     for n in range(30):
         recorder.add_delta(f"{n} ")
         if n % 3 == 0:
-            assert recorder.flush()
+            assert recorder.renew_lease()
     recorder.tool_call_start(f"call_{i}", "lookup")
     recorder.tool_call_delta(f"call_{i}", '{"q":1}')
     assert recorder.finish_round(stop_reason="tool_calls", usage={"inputTokens": 10, "outputTokens": 5})
@@ -60,7 +60,7 @@ def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
     for n in range(30):
         recorder.add_delta("y")
         if n % 3 == 0:
-            assert recorder.flush()
+            assert recorder.renew_lease()
     assert recorder.finish_round(stop_reason="stop", usage={"inputTokens": 20, "outputTokens": 5}, last=True)
     list(store.conversation_list(user=user)[:20])
     return "ok"

@@ -66,7 +66,9 @@ def test_foreign_conversation_answers_like_a_missing_one(service: str, user: Any
 
 @pytest.mark.parametrize("bad_id", ["not-a-uuid", "", None, 42, "00000000-0000-0000-0000-00000000000g"])
 def test_malformed_ids_are_not_found(bad_id: Any, user: Any) -> None:
-    for service in _services(user, bad_id).values():
+    for name, service in _services(user, bad_id).items():
+        if bad_id is None and name == "message_send":
+            continue  # a send without an id starts a new conversation
         with pytest.raises(ProblemError) as excinfo:
             service()
         assert excinfo.value.slug == "not-found"
@@ -129,20 +131,16 @@ def test_send_while_a_turn_runs_is_a_conflict(user: Any, clock: FakeClock) -> No
     store.message_send(user=user, conversation_id=conversation.pk, text="second")
 
 
-def test_delta_for_a_message_no_longer_streaming_is_a_no_op(user: Any, clock: FakeClock) -> None:
+def test_a_turn_that_ended_writes_nothing_more(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
     recorder.add_delta("Final answer.")
     assert recorder.finish_round(stop_reason="stop", last=True)
     before = _snapshot(conversation)
     clock.advance(60)
     with count_writes() as writes:
-        assert recorder.add_delta(" more") is False
-        assert recorder.add_reasoning("late thought") is False
-        assert recorder.tool_call_start("call_late", "x") is False
-        assert recorder.tool_call_delta("call_late", "{}") is False
-        assert recorder.tool_call_end("call_late") is False
-        assert recorder.flush() is True
+        recorder.add_delta(" more")
         assert recorder.finish_round(stop_reason="stop") is True
+        assert recorder.renew_lease() is True
     assert writes.count == 0
     assert _snapshot(conversation) == before
 
@@ -151,7 +149,6 @@ def test_tool_result_for_an_unknown_call_id_is_refused_and_writes_nothing(user: 
     conversation, recorder = _start(user, clock)
     recorder.tool_call_start("call_1", "get_weather")
     recorder.tool_call_delta("call_1", '{"city":"Oslo"}')
-    recorder.tool_call_delta("call_unknown", "ignored")  # CS-8: unknown id ignored
     assert recorder.finish_round(stop_reason="tool_calls")
     before = _snapshot(conversation)
     with count_writes() as writes:
@@ -211,40 +208,13 @@ def test_tool_result_success_follows_mc6(content: str, success: bool, user: Any,
     assert call.result == (content if content == "not json" else __import__("json").loads(content))
 
 
-def test_record_applies_events_and_refuses_terminal_ones(user: Any, clock: FakeClock) -> None:
-    conversation, recorder = _start(user, clock)
-    for event in (DeltaEvent(content="Hi "), ToolCallStartEvent(id="c1", name="f"),
-                  ToolCallDeltaEvent(id="c1", args='{"a":1}'), UsageEvent(input_tokens=7, output_tokens=3)):
-        recorder.record(event)
-    assert recorder.snapshot() == {"messageId": recorder.message_id, "streaming": True, "content": "Hi ",
-                                   "reasoning": None, "toolCalls": [{"id": "c1", "name": "f", "arguments": '{"a":1}'}]}
-    with pytest.raises(TypeError):
-        recorder.record(DoneEvent(stop_reason="stop"))
-    assert recorder.finish_round(stop_reason="tool_calls")
-    message = Message.objects.get(pk=recorder.message_id)
-    assert message.usage == {"inputTokens": 7, "outputTokens": 3} and message.content == "Hi "
-
-
-def test_flush_persists_text_so_far_without_finishing(user: Any, clock: FakeClock) -> None:
-    _, recorder = _start(user, clock)
-    assert recorder.add_delta("Once ") is False
-    clock.advance(2.0)
-    assert recorder.add_reasoning("hmm") is True
-    assert recorder.flush()
-    placeholder = Message.objects.get(pk=recorder.message_id)
-    assert (placeholder.content, placeholder.reasoning_content, placeholder.status) == ("Once ", "hmm", "streaming")
-    assert recorder.add_delta("upon") is False, "the interval starts again after a flush"
-
-
 # ---------------------------------------------------------------- turn lost elsewhere
 def test_stop_from_another_worker_makes_the_recorder_lost(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
     recorder.add_delta("partial")
     assert store.turn_cancel(user=user, conversation_id=conversation.pk) == recorder.turn_id
     assert store.turn_cancel(user=user, conversation_id=conversation.pk) is None, "safe without a turn"
-    clock.advance(3)
-    recorder.add_delta(" more")
-    assert recorder.flush() is False and recorder.lost
+    assert recorder.renew_lease() is False and recorder.lost
     with count_writes() as writes:
         assert recorder.finish_round(stop_reason="stop", last=True) is False
         assert recorder.begin_round() is False
@@ -271,24 +241,18 @@ def test_a_recorder_whose_turn_was_replaced_cannot_write(user: Any, clock: FakeC
 def test_delete_during_a_turn_returns_the_turn_and_the_recorder_stops(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
     assert store.conversation_delete(user=user, conversation_id=conversation.pk) == recorder.turn_id
-    recorder.add_delta("x")
-    assert recorder.flush() is False
+    assert recorder.renew_lease() is False
     assert recorder.begin_round() is False
     assert not Message.objects.filter(conversation_id=conversation.pk).exists()
 
 
-def test_keepalive_writes_only_after_silence(user: Any, clock: FakeClock) -> None:
+def test_the_lease_is_renewed_with_one_write(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
+    before = Conversation.objects.get(pk=conversation.pk).turn_heartbeat
     with count_writes() as writes:
-        assert recorder.flush() and recorder.keepalive()
-    assert writes.count == 0
-    clock.advance(10)
-    assert recorder.flush_due
-    with count_writes() as writes:
-        assert recorder.flush()
+        assert recorder.renew_lease()
     assert writes.count == 1
-    conversation.refresh_from_db()
-    assert conversation.turn_heartbeat is not None
+    assert Conversation.objects.get(pk=conversation.pk).turn_heartbeat > before
 
 
 def test_retry_on_an_empty_conversation_is_a_no_op(user: Any) -> None:

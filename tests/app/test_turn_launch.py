@@ -1,5 +1,5 @@
 """A send's model request goes out only after its transaction committed
-(jxai_app.turns.launch): a send whose writes fail never contacts the provider and leaves
+(jxai_app.turns.control): a send whose writes fail never contacts the provider and leaves
 nothing behind, and no socket sees a turn that was not saved."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from asgiref.sync import sync_to_async
 
 from jxai_app import store
 from jxai_app.models import Conversation, ConversationStatus, Message
-from jxai_app.store import turn as turn_store
 from jxai_app.turns import TurnHub, start_turn
 from tests.app.turns_support import MODEL, Recorder, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
@@ -24,16 +23,16 @@ def _watch_insert(fake: FakeProvider, monkeypatch: pytest.MonkeyPatch, *, then: 
     """Record, after the send's writes (in the database thread, before the commit), whether
     the provider had already received a request; then raise ``then`` if given."""
     seen: dict[str, Any] = {}
-    real_write = turn_store._write_turn
+    real_write = Message.objects.bulk_create
 
-    def write(*args: Any) -> bool:
-        claimed = real_write(*args)
+    def write(*args: Any, **kwargs: Any) -> Any:
+        saved = real_write(*args, **kwargs)  # the send's last write, inside its transaction
         seen["request_before_commit"] = fake.request_received.wait(0.2)
         if then is not None:
             raise then
-        return claimed
+        return saved
 
-    monkeypatch.setattr(turn_store, "_write_turn", write)
+    monkeypatch.setattr(Message.objects, "bulk_create", write)
     return seen
 
 
@@ -43,7 +42,7 @@ async def test_the_model_request_goes_out_after_the_send_commits(user: Any, fake
     seen = _watch_insert(fake, monkeypatch)
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
     follower = Recorder()
-    hub.follow(conversation.pk, follower)
+    hub.delivery.follow(conversation.pk, follower)
 
     info = await start_turn(user=user, conversation_id=conversation.pk, text="Say hello.", hub=hub)
     await asyncio.wait_for(follower.ended.wait(), 10)
@@ -65,7 +64,7 @@ async def test_a_send_whose_writes_fail_contacts_no_provider_and_leaves_nothing(
     _watch_insert(fake, monkeypatch, then=RuntimeError("disk full"))
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
     follower = Recorder()
-    hub.follow(conversation.pk, follower)
+    hub.delivery.follow(conversation.pk, follower)
 
     with pytest.raises(RuntimeError, match="disk full"):
         await start_turn(user=user, conversation_id=conversation.pk, text="Hi", hub=hub)

@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from jxai_app import conf, store
 from jxai_app.models import Conversation, ConversationStatus, Message
 from jxai_app.turns import ReplayLog, TurnHub, cancel_turn, start_turn
-from jxai_app.turns.names import conversation_group
+from jxai_app.turns.delivery import BROADCAST_GROUP, FRAMES, LayerDelivery
 from tests.app.conftest import start_streaming, watch_one_turn
 from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
@@ -58,23 +58,23 @@ async def test_events_are_numbered_and_batched_through_the_layer(user: Any, fake
     real_group_send = layer.group_send
 
     async def counting(group: str, message: dict[str, Any]) -> None:
-        if group.startswith("jxai.conv."):
+        if group == BROADCAST_GROUP and message["type"] == FRAMES:
             sent.append(message)
         await real_group_send(group, message)
 
     monkeypatch.setattr(layer, "group_send", counting)
-    hub.fanout = True  # also through the in-memory layer (the embedded default skips it)
+    hub.delivery = LayerDelivery(layer, worker_id=hub.worker_id)  # the in-memory layer plays Redis
     fake.add(text_script([f"d{i}" for i in range(500)], delay=0.0005))
     follower = Recorder()
     info = await start_turn(user=user, conversation_id=None, text="Stream.", origin=None, hub=hub)
-    hub.follow(info.conversation_id, follower)  # before the task's first step: sees everything
+    hub.delivery.follow(info.conversation_id, follower)  # before the task's first step: sees everything
     await asyncio.wait_for(follower.ended.wait(), 20)
     await hub.wait_idle(5)
 
     items = follower.items()
     assert_in_order(items)
     assert sum(1 for i in items if i["event"]["type"] == "delta") == 500
-    layer_items = [i for m in sent for f in m["frames"] if f["type"] == "events" for i in f["items"]]
+    layer_items = [i for m in sent for e in m["entries"] if e["frame"]["type"] == "events" for i in e["frame"]["items"]]
     assert layer_items == items  # the layer carries the same items, in order, once
     assert all(m["origin"] == hub.worker_id for m in sent)
     assert len(sent) < 60, f"{len(sent)} layer messages for {len(items)} events"
@@ -89,7 +89,7 @@ async def test_a_failing_runner_ends_the_turn_as_an_error(user: Any, fake: FakeP
     monkeypatch.setattr(conf, "build_client", broken)
     follower = Recorder()
     info = await start_turn(user=user, conversation_id=None, text="Hello?", origin=None, hub=hub)
-    hub.follow(info.conversation_id, follower)
+    hub.delivery.follow(info.conversation_id, follower)
     await asyncio.wait_for(follower.ended.wait(), 10)
     kinds = [i["event"]["type"] for i in follower.items()]
     assert kinds[-2:] == ["error", "turn_end"]
@@ -105,7 +105,7 @@ async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, f
     fake.add(text_script([f"w{i}" for i in range(1000)], delay=0.01))
     follower = Recorder()
     info = await start_turn(user=user, conversation_id=None, text="Long answer.", origin=None, hub=hub)
-    hub.follow(info.conversation_id, follower)
+    hub.delivery.follow(info.conversation_id, follower)
     while not any(i["event"]["type"] == "delta" for i in follower.items()):
         await asyncio.sleep(0.01)
     await hub.shutdown(timeout=5)
@@ -116,7 +116,7 @@ async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, f
     roles = await sync_to_async(lambda: list(Message.objects.filter(conversation=conversation).values_list(
         "role", flat=True)))()
     assert roles == ["user"]
-    assert fake.wait_closed(2.0)
+    assert await asyncio.to_thread(fake.wait_closed, 2.0)
 
 
 async def test_start_turn_refuses_and_origin_adopts(user: Any, fake: FakeProvider, hub: TurnHub) -> None:
@@ -150,8 +150,10 @@ def consumer_on(worker: TurnHub) -> type:
 
 @pytest.fixture
 async def worker_b(hub: TurnHub) -> Any:
-    hub.fanout = True  # the in-memory layer plays Redis between the two hubs
-    other = TurnHub(worker_id="worker-b", reply_timeout=0.5, fanout=True)
+    layer = get_channel_layer()  # the in-memory layer plays Redis between the two hubs
+    hub.delivery = LayerDelivery(layer, worker_id=hub.worker_id, reply_timeout=0.5)
+    other = TurnHub(worker_id="worker-b", delivery=LayerDelivery(layer, worker_id="worker-b", reply_timeout=0.5),
+                    watch=False)
     yield other
     await other.shutdown(timeout=5)
 
@@ -190,7 +192,7 @@ async def test_stop_from_another_worker_stops_the_turn(user: Any, fake: FakeProv
     end = await b.until_event("turn_end", timeout=2)
     assert end["event"]["outcome"] == "cancelled" and loop.time() - asked < 1.0
     await a.until_event("turn_end", outcome="cancelled")
-    assert fake.wait_closed(2.0)
+    assert await asyncio.to_thread(fake.wait_closed, 2.0)
     assert a.items == b.items
     roles = await sync_to_async(lambda: list(Message.objects.filter(conversation_id=cid).values_list(
         "role", flat=True)))()
@@ -223,16 +225,18 @@ async def test_a_lost_layer_message_is_filled_from_the_runners_log(
 ) -> None:
     cid = await _conversation(user)
     dropped: list[int] = []
-    real = hub.group_frames
+    layer = get_channel_layer()
+    real = layer.group_send
 
-    async def lossy(group: str, conversation_id: Any, frames: list[dict[str, Any]], *, scope: str = "conv") -> None:
-        has_events = any(f["type"] == "events" for f in frames)
-        if group == conversation_group(cid) and has_events and len(dropped) < 2 and fake.requests:
-            dropped.append(len(frames))  # the layer silently drops this one, like a full channel
+    async def lossy(group: str, message: dict[str, Any]) -> None:
+        entries = message.get("entries") or []
+        has_events = any(e["frame"]["type"] == "events" and e["conversationId"] == cid for e in entries)
+        if message["type"] == FRAMES and message["origin"] == hub.worker_id and has_events and len(dropped) < 2:
+            dropped.append(len(entries))  # the layer silently drops this one, like a full channel
             return
-        await real(group, conversation_id, frames, scope=scope)
+        await real(group, message)
 
-    monkeypatch.setattr(hub, "group_frames", lossy)
+    monkeypatch.setattr(layer, "group_send", lossy)
     parts = [f"g{i}" for i in range(200)]
     fake.add(text_script(parts, delay=0.002))
     a, b = await Tab(user).open(), await Tab(user, consumer_on(worker_b)).open()
@@ -254,9 +258,7 @@ async def test_a_dead_runner_falls_back_to_the_database(user: Any, fake: FakePro
 
     def orphan_turn() -> None:  # a turn whose worker died: rows say streaming, no runner anywhere
         turn = store.message_send(user=user, conversation_id=cid, text="Lost in a crash.")
-        recorder = TurnFeed(turn)
-        recorder.add_delta("half an ans")
-        recorder.flush()
+        TurnFeed(turn).add_delta("half an ans")  # kept in memory: never reaches the rows
 
     await sync_to_async(orphan_turn)()
     b = await Tab(user, consumer_on(worker_b)).open()
@@ -265,7 +267,7 @@ async def test_a_dead_runner_falls_back_to_the_database(user: Any, fake: FakePro
     assert snapshot["turn"] is None and snapshot["conversation"]["status"] == "streaming"
     assert [(m["role"], m["status"]) for m in snapshot["messages"]] == [("user", "complete"),
                                                                         ("assistant", "streaming")]
-    assert snapshot["messages"][1]["content"] == "half an ans"
+    assert snapshot["messages"][1]["content"] == ""
     await b.send(type="cancel", conversationId=cid)
     after = await b.until(lambda f: f["type"] == "snapshot", timeout=5)
     assert after["conversation"]["status"] == "idle" and [m["role"] for m in after["messages"]] == ["user"]

@@ -127,6 +127,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        self._idle.set()
         self.hub.remove_socket(self, self.user.pk)
         following, self.following = self.following, None
         if following is not None:
@@ -155,27 +156,29 @@ class Session:
 
     async def flushed(self) -> None:
         """Return once everything queued so far was sent (the drain waits for it)."""
-        while not self._closed and not (self._queue.empty() and self._idle.is_set()):
-            await asyncio.sleep(0.01)
+        if not self._closed:
+            await self._idle.wait()
 
     # ------------------------------------------------------------------ input
     def deliver(self, frame: dict[str, Any]) -> None:
         """A frame from the worker's delivery. Never blocks, never drops."""
+        self._put("frame", frame)
+
+    def _put(self, kind: str, payload: Any) -> None:
         if not self._closed:
-            self._queue.put_nowait(("frame", frame))
+            self._idle.clear()
+            self._queue.put_nowait((kind, payload))
 
     def refresh(self) -> None:
         """Frames may have been lost (the channel layer was down): take a fresh snapshot of
         the followed conversation."""
-        if not self._closed:
-            self._queue.put_nowait(("refresh", None))
+        self._put("refresh", None)
 
     def submit(self, request: str | None, conversation_id: str | None,
                job: Callable[[], Awaitable[None]]) -> None:
         """Run ``job`` in the session's task after what is queued; a ``ProblemError`` it
         raises becomes an ``error`` frame answering ``request``."""
-        if not self._closed:
-            self._queue.put_nowait(("job", (request, conversation_id, job)))
+        self._put("job", (request, conversation_id, job))
 
     def refuse(self, doc: dict[str, Any], *, request: str | None = None, conversation_id: str | None = None) -> None:
         """Queue an ``error`` frame (the socket stays open)."""
@@ -191,7 +194,6 @@ class Session:
     async def _loop(self) -> None:
         while True:
             kind, payload = await self._queue.get()
-            self._idle.clear()
             batch = [(kind, payload)]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())

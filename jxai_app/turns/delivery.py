@@ -158,6 +158,7 @@ class LayerDelivery(LocalDelivery):
         self._control: Control | None = None
         self._last_ping = 0.0
         self._was_up = False
+        self._joined = asyncio.Event()
 
     async def start(self, control: Control) -> None:
         """Join the group (retried in the background while the layer is down) and start
@@ -227,6 +228,7 @@ class LayerDelivery(LocalDelivery):
                 channel = self.channel or await self.layer.new_channel()
                 self.channel = channel
                 await self.layer.group_add(BROADCAST_GROUP, channel)
+                self._joined.set()
                 return channel
             except asyncio.CancelledError:
                 raise
@@ -290,6 +292,8 @@ class LayerDelivery(LocalDelivery):
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
+        await self._joined.wait()
+        self._pinged()
         while True:
             await self._group_send({"type": PING})
             await asyncio.sleep(self.health_interval)
@@ -302,7 +306,7 @@ class LayerDelivery(LocalDelivery):
         """Send a control request to every other worker and wait up to ``reply_timeout``
         for the answer of the one running the turn; ``None`` when none answered (no runner
         alive, or the layer down)."""
-        if self.channel is None or not self.up:
+        if not self._joined.is_set():
             return None
         request = uuid.uuid4().hex
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()

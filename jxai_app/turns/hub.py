@@ -225,8 +225,10 @@ class TurnHub:
         for runner in self.runners():
             runner.cancel()
         await self.wait_idle(timeout)
+        self.idle_trim = None  # nothing more to schedule: the worker stops
         if self._trim_task is not None:
             self._trim_task.cancel()
+            await asyncio.gather(self._trim_task, return_exceptions=True)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

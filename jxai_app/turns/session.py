@@ -137,8 +137,8 @@ class Session:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if following is not None and conf.cancel_on_disconnect():
-            await self._cancel_if_unfollowed(following)
+        if following is not None and conf.cancel_on_disconnect():  # a hub task: outlives this socket's close
+            self.hub.spawn(self._cancel_if_unfollowed(following), name="jxai-cancel-on-disconnect")
 
     async def _cancel_if_unfollowed(self, conversation_id: uuid.UUID) -> None:
         """``JXAI_CANCEL_ON_DISCONNECT``: Stop the turn when no socket follows it any more,

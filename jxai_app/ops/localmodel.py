@@ -35,7 +35,7 @@ import httpx
 
 from jxai_app.core.errors import ConfigurationError
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 """The checkout (the folder holding ``manage.py``)."""
 
 DEFAULT_HOST = "127.0.0.1"

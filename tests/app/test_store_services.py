@@ -304,3 +304,24 @@ def test_a_failed_round_write_still_lets_fail_drop_the_placeholder(user: Any, cl
     assert (conversation.status, conversation.last_error) == ("error", "Saving the answer failed.")
     assert list(Message.objects.filter(conversation=conversation).values_list("role", "status")) == [
         ("user", "complete")]
+
+
+def _plain_turn_writes(user: Any, deltas: int) -> int:
+    conversation = store.conversation_create(user=user, model="gpt-4o")
+    with count_writes() as writes:
+        turn = store.message_send(user=user, conversation_id=conversation.pk, text="Hi")
+        feed = TurnFeed(turn)
+        for _ in range(deltas):
+            feed.add_delta("tok ")
+        assert feed.finish_round(stop_reason="stop", usage={"inputTokens": 5, "outputTokens": deltas}, last=True)
+    assert Message.objects.get(pk=turn.assistant_message_id).content == "tok " * deltas
+    return writes.count
+
+
+def test_a_turn_s_writes_do_not_depend_on_how_it_streamed(user: Any) -> None:
+    """Nothing is written per delta: a plain answer is the send (claim, one INSERT of both
+    messages, the rate limit's admission), the round's end (the message, the ledger) and the
+    turn's end, however many deltas it streamed (docs/store.md)."""
+    _plain_turn_writes(user, 1)  # the day's first ledger write inserts its row
+    one, many = _plain_turn_writes(user, 1), _plain_turn_writes(user, 2000)
+    assert one == many <= 7, (one, many)

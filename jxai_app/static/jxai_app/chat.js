@@ -18,7 +18,7 @@ const ui = {
   toggle: $("toggle-sidebar"),
   title: $("conversation-title"), renameButton: $("rename"), deleteButton: $("delete"),
   renameForm: $("rename-form"), renameInput: $("rename-input"), renameCancel: $("rename-cancel"),
-  connection: $("connection"), error: $("error"), errorText: $("error-text"), retry: $("retry"),
+  connection: $("connection"), saving: $("saving"), error: $("error"), errorText: $("error-text"), retry: $("retry"),
   dismiss: $("dismiss-error"), transcript: $("transcript"), empty: $("empty-state"), form: $("composer-form"),
   composer: $("composer"), send: $("send"), stop: $("stop"), model: $("model"), tokens: $("tokens"),
   warning: $("context-warning"), status: $("sr-status"),
@@ -93,8 +93,13 @@ function handleFrame(frame) {
       break;
     case "message_saved":
       if (adoptNewConversation(frame.conversationId) || frame.conversationId === state.currentId) {
+        ui.saving.hidden = true;
         transcript.applySaved(frame.message);
       }
+      break;
+    case "saving":
+      // The server keeps the finished answer and retries writing it (docs/turns.md).
+      if (frame.conversationId === state.currentId) ui.saving.hidden = false;
       break;
     case "conversation":
       upsertConversation(frame.conversation);
@@ -172,6 +177,7 @@ function upsertConversation(conversation) {
   adoptNewConversation(conversation.id);
   if (conversation.id === state.currentId) {
     renderHeader();
+    if (conversation.status !== "streaming") ui.saving.hidden = true;
     if (conversation.status === "streaming") setStreaming(true);
     else if (state.streaming && !state.turnPending && !transcript.live.size && !sequencer.turnId) setStreaming(false);
     // "A turn is already running" is over once that turn is: the send can be tried again.

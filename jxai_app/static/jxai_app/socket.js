@@ -1,13 +1,14 @@
 // jxai chat page: the websocket connection and the per-turn event sequencer.
 //
-// Protocol: notes/ws-protocol.md. Every event of a turn carries a seq (1, 2, 3 … with no
-// gaps). A tab may receive the same seq twice (direct + channel layer): seq <= lastSeq is
-// ignored; seq > lastSeq + 1 is a gap, so the tab asks for a `resync` and holds later
-// events until the `replay` fills the hole. The connection reconnects with backoff and
-// tells the page (onOpen) so it can re-subscribe.
+// Protocol: docs/websocket.md. Every event of a turn carries a seq (1, 2, 3 … with no
+// gaps). seq <= lastSeq is ignored; seq > lastSeq + 1 is a gap, so the tab asks for a
+// `resync` and holds later events until the `replay` fills the hole. The connection
+// reconnects with backoff and tells the page (onOpen) so it can re-subscribe; a server that
+// shuts down (close code 1001) is left at once for another one.
 
 const RESYNC_RETRY_MS = 2000;
 const UNAUTHENTICATED = 4401;
+const GOING_AWAY = 1001;
 
 /**
  * A websocket that reconnects. Frames are JSON objects.
@@ -51,7 +52,9 @@ export class Connection {
       this.onState("closed", this.failures);
       // 4401: the server saw no logged-in user (logged out, session expired).
       if ((event.code === UNAUTHENTICATED || this.failures >= 3) && this.onGiveUp) this.onGiveUp(this.failures);
-      const delay = Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
+      // 1001: the server is shutting down after finishing its turns; another one answers now.
+      const delay = event.code === GOING_AWAY && this.failures === 1 ? 0
+        : Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
       this.timer = setTimeout(() => this.connect(), delay);
     });
   }

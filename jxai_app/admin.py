@@ -26,7 +26,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app.policy import toolpolicy
+from jxai_app import conf
+from jxai_app.policy import tokens, toolpolicy
 from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
@@ -202,6 +203,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     search_fields = ("name", "user__username", "prefix")
     raw_id_fields = ("user",)
     actions = ("revoke",)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """The owner must be a user the staff member may issue a token for
+        (:func:`jxai_app.policy.tokens.token_owners_for`); another one is an invalid choice."""
+        if db_field.name == "user":
+            kwargs["queryset"] = tokens.token_owners_for(request.user, staff_for_users=conf.staff_tokens_for_users())
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:

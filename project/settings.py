@@ -192,6 +192,9 @@ JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
 # A tool without a ToolPolicy row is offered to every user when on; off makes every tool
 # opt-in through a policy row edited in admin (jxai_app.policy.toolpolicy).
 JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
+# Staff who are not superusers issue API tokens for themselves only; on, also for users
+# without staff rights (jxai_app.policy.tokens).
+JXAI_STAFF_TOKENS_FOR_USERS = env_bool("JXAI_STAFF_TOKENS_FOR_USERS", False)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider
 # variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,

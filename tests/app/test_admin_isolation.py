@@ -191,3 +191,35 @@ def test_revoking_an_api_token_in_admin_is_final(django_user_model: Any, user: A
     chat = Client().post("/ai/chat", data=b'{"messages": [{"role": "user", "content": "hi"}]}',
                          content_type="application/json", headers={"Authorization": f"Bearer {plaintext}"})
     assert chat.status_code == 401 and chat["Content-Type"] == "application/problem+json"
+
+
+def _issue_in_admin(client: Client, owner: Any) -> bool:
+    """Post admin's add-token form for ``owner``; True when a token was issued (the page
+    that shows its plaintext once), False when the form refused the owner."""
+    before = ApiToken.objects.count()
+    response = client.post(reverse("admin:jxai_app_apitoken_add"), {"user": owner.pk, "name": "minted"})
+    issued = ApiToken.objects.count() > before
+    assert issued == ("plaintext" in (response.context or {}))
+    if not issued:
+        assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    return issued
+
+
+@pytest.mark.parametrize("staff_for_users", [False, True])
+def test_staff_issue_api_tokens_for_themselves_and_only_a_superuser_for_anyone(
+    settings: Any, django_user_model: Any, user: Any, staff_for_users: bool
+) -> None:
+    settings.JXAI_STAFF_TOKENS_FOR_USERS = staff_for_users
+    staff = _staff(django_user_model, "helpdesk", content=False)  # holds add_apitoken
+    other_staff = _staff(django_user_model, "auditor", content=True)
+    root = django_user_model.objects.create_superuser("root", "root@example.com", None)
+    client = _client(staff)
+
+    assert _issue_in_admin(client, staff)
+    assert not _issue_in_admin(client, root)
+    assert not _issue_in_admin(client, other_staff)
+    assert _issue_in_admin(client, user) is staff_for_users  # a user without staff rights
+    assert set(ApiToken.objects.values_list("user__username", flat=True)) == \
+        {"helpdesk", *(["alice"] if staff_for_users else [])}
+    superuser = _client(root)
+    assert all(_issue_in_admin(superuser, owner) for owner in (user, other_staff, root))

@@ -16,6 +16,8 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, QuerySet, Sum
@@ -40,6 +42,38 @@ def can_read_content(request: HttpRequest) -> bool:
     """True for an active staff user holding :data:`CONTENT_PERMISSION`."""
     user = request.user
     return bool(user.is_active and user.is_staff and user.has_perm(CONTENT_PERMISSION))
+
+
+class DeclaredFiltersChangeList(ChangeList):
+    """A list page that filters only through the filters its admin declares (``list_filter``,
+    ``date_hierarchy``) and the search box: any other lookup in the query string
+    (``?title__startswith=…``, ``?last_error__icontains=…``, ``?title__regex=(``) is refused
+    with a 400 before a query runs, so a field nobody may filter by, content included, is
+    never an oracle (docs/security.md, "IDOR through admin").
+
+    Django's own ``lookup_allowed`` accepts any lookup on a model's own fields; here each
+    declared filter takes its parameters out first (Django's filter classes), and whatever
+    is left, except the two bounds ``date_hierarchy`` makes of its year/month/day, is refused.
+
+    Raises:
+        DisallowedModelAdminLookup: an undeclared lookup (a ``SuspiciousOperation``: 400).
+    """
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        declared = super().get_filters(request)
+        remaining = declared[2]
+        made = {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"} if self.date_hierarchy else set()
+        undeclared = sorted(set(remaining) - made)
+        if undeclared:
+            raise DisallowedModelAdminLookup(f"Filtering by {', '.join(undeclared)} is not allowed")
+        return declared
+
+
+class DeclaredFiltersOnly(admin.ModelAdmin):
+    """Every jxai admin list page uses :class:`DeclaredFiltersChangeList`."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return DeclaredFiltersChangeList
 
 
 def pretty_json(text: Any) -> str:
@@ -93,7 +127,7 @@ class MessageInline(admin.TabularInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
     list_display = ("label", "title", "owner", "model", "status", "message_count", "token_count",
@@ -194,7 +228,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(DeclaredFiltersOnly):
     """API tokens: the plaintext is shown once, on the page that follows creation; revoking
     (the list action) is final, a revoked token never authenticates again."""
 
@@ -245,7 +279,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(DeclaredFiltersOnly):
     """Per-tool policy, plus the page listing every registered tool."""
 
     list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
@@ -290,7 +324,7 @@ class ToolPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(UserLimits)
-class UserLimitsAdmin(admin.ModelAdmin):
+class UserLimitsAdmin(DeclaredFiltersOnly):
     """Per-user overrides of the rate limit and the daily token quota: empty = the settings'
     default, 0 = unlimited (the help text of each field says so on the form)."""
 
@@ -300,7 +334,7 @@ class UserLimitsAdmin(admin.ModelAdmin):
 
 
 @admin.register(UsageLedger)
-class UsageLedgerAdmin(admin.ModelAdmin):
+class UsageLedgerAdmin(DeclaredFiltersOnly):
     """Per-user usage by UTC day, read-only, with totals over the filtered rows. Estimated
     tokens (the provider sent no usage) are a column of their own."""
 
@@ -349,8 +383,9 @@ def _usage_link(user: Any) -> str:
 _user_model = get_user_model()
 if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_user_model)) is UserAdmin:
     # Only Django's own user admin is extended; a project's custom one is left alone.
-    class JxaiUserAdmin(UserAdmin):
-        """Django's user admin with a link to the user's jxai usage."""
+    class JxaiUserAdmin(DeclaredFiltersOnly, UserAdmin):
+        """Django's user admin with a link to the user's jxai usage, filtering only through
+        its declared filters (``?password__startswith=`` would read password hashes)."""
 
         list_display = (*UserAdmin.list_display, "jxai_usage")
         readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage")

@@ -113,6 +113,35 @@ def test_staff_without_view_conversation_see_no_message_content_anywhere(
     assert 'name="title"' not in change.content.decode()
 
 
+@pytest.mark.parametrize("content", [False, True])
+def test_list_pages_filter_only_by_their_declared_filters(django_user_model: Any, secret_conversation: Conversation,
+                                                          user: Any, content: bool) -> None:
+    client = _client(_staff(django_user_model, "operator", content=content))
+    conversations = reverse("admin:jxai_app_conversation_changelist")
+    undeclared = {
+        conversations: [{"title__startswith": "PAN"}, {"title__startswith": "X"}, {"title": SAID[0]},
+                        {"last_error__icontains": "GHARIAL"}, {"last_problem__icontains": "x"},
+                        {"title__regex": "("}, {"title__regex": "^(a+)+b"}, {"messages__content__contains": "Q"},
+                        {"owner__password__startswith": "p"}, {"turn_id__isnull": "1"}],
+        reverse("admin:jxai_app_apitoken_changelist"): [{"secret_hash__startswith": "a"}],
+        reverse("admin:auth_user_changelist"): [{"password__startswith": "pbkdf2"}, {"email__regex": "("}],
+        reverse("admin:jxai_app_userlimits_changelist"): [{"user__password__startswith": "p"}],
+    }
+    for url, queries in undeclared.items():
+        for query in queries:
+            response = client.get(url, query)
+            assert response.status_code == 400, (url, query)  # the same answer whether or not it matches
+            assert not any(word in response.content.decode() for word in SAID), (url, query)
+    declared = [{"status__exact": "error"}, {"model": "fast"}, {"owner__id__exact": user.pk},
+                {"created_at__year": secret_conversation.created_at.year}, {"status__isnull": "False"}]
+    for query in declared:
+        listed = client.get(conversations, query)
+        assert listed.status_code == 200 and list(listed.context["cl"].result_list) == [secret_conversation], query
+    usage = client.get(reverse("admin:jxai_app_usageledger_changelist"), {"user__id__exact": user.pk})
+    assert usage.status_code == 200
+    assert client.get(reverse("admin:auth_user_changelist"), {"is_staff__exact": "1"}).status_code == 200
+
+
 def test_the_same_pages_show_content_with_the_permission(
     django_user_model: Any, secret_conversation: Conversation, user: Any
 ) -> None:

@@ -60,13 +60,12 @@ class DeclaredFiltersChangeList(ChangeList):
     """
 
     def get_filters(self, request: HttpRequest) -> Any:
-        declared = super().get_filters(request)
-        remaining = declared[2]
+        specs, has_filters, remaining, may_have_duplicates, has_active_filters = super().get_filters(request)
         made = {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"} if self.date_hierarchy else set()
         undeclared = sorted(set(remaining) - made)
         if undeclared:
             raise DisallowedModelAdminLookup(f"Filtering by {', '.join(undeclared)} is not allowed")
-        return declared
+        return specs, has_filters, remaining, may_have_duplicates, has_active_filters
 
 
 class DeclaredFiltersOnly(admin.ModelAdmin):

@@ -91,7 +91,7 @@ def _bits(value: Number) -> int:
 
 
 def _float_bound(args: Sequence[Number]) -> int:
-    """The bound of an operation whose result is a float: 0 (a fixed 64 bits, whatever the input)."""
+    """``/`` and the float functions: 0, a float is 64 bits whatever its value."""
     return 0
 
 
@@ -141,8 +141,8 @@ def _round_bound(args: Sequence[Number]) -> int:
 
 # Each operation comes with the bound of its integer result's size in bits, computed from
 # the operands' sizes before the operation runs (docs/security.md, "Tools that cannot hold a
-# worker"). An operation added here needs its bound; there are no factorials, shifts, bit
-# operations or strings, whose results grow without such a bound.
+# worker"). Unary + and - keep the size. An operation added here needs its bound; there are
+# no factorials, shifts, bit operations or strings, whose results grow without such a bound.
 _BINARY: dict[type[ast.operator], tuple[Callable[[Any, Any], Any], Callable[[Sequence[Number]], int]]] = {
     ast.Add: (operator.add, _sum_bound),
     ast.Sub: (operator.sub, _sum_bound),

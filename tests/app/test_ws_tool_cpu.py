@@ -56,7 +56,7 @@ async def test_a_huge_result_fails_fast_while_another_turn_keeps_streaming(
     stop.set()
     lag = await probe
 
-    assert lag < 0.5, f"the event loop stalled {lag:.2f} s"
+    assert lag < 1.0, f"the event loop stalled {lag:.2f} s"
     assert result["success"] is False and "at most 300 digits" in result["result"]["error"]
     assert answered < 2.0  # two provider requests and a refused call, not seconds of arithmetic
     assert end["event"]["outcome"] == "complete" and streaming.text() == "".join(parts)

@@ -16,6 +16,8 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, QuerySet, Sum
@@ -26,7 +28,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app.policy import toolpolicy
+from jxai_app import conf
+from jxai_app.policy import tokens, toolpolicy
 from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
@@ -39,6 +42,37 @@ def can_read_content(request: HttpRequest) -> bool:
     """True for an active staff user holding :data:`CONTENT_PERMISSION`."""
     user = request.user
     return bool(user.is_active and user.is_staff and user.has_perm(CONTENT_PERMISSION))
+
+
+class DeclaredFiltersChangeList(ChangeList):
+    """A list page that filters only through the filters its admin declares (``list_filter``,
+    ``date_hierarchy``) and the search box: any other lookup in the query string
+    (``?title__startswith=…``, ``?last_error__icontains=…``, ``?title__regex=(``) is refused
+    with a 400 before a query runs, so a field nobody may filter by, content included, is
+    never an oracle (docs/security.md, "IDOR through admin").
+
+    Django's own ``lookup_allowed`` accepts any lookup on a model's own fields; here each
+    declared filter takes its parameters out first (Django's filter classes), and whatever
+    is left, except the two bounds ``date_hierarchy`` makes of its year/month/day, is refused.
+
+    Raises:
+        DisallowedModelAdminLookup: an undeclared lookup (a ``SuspiciousOperation``: 400).
+    """
+
+    def get_filters(self, request: HttpRequest) -> Any:
+        specs, has_filters, remaining, may_have_duplicates, has_active_filters = super().get_filters(request)
+        made = {f"{self.date_hierarchy}__gte", f"{self.date_hierarchy}__lt"} if self.date_hierarchy else set()
+        undeclared = sorted(set(remaining) - made)
+        if undeclared:
+            raise DisallowedModelAdminLookup(f"Filtering by {', '.join(undeclared)} is not allowed")
+        return specs, has_filters, remaining, may_have_duplicates, has_active_filters
+
+
+class DeclaredFiltersOnly(admin.ModelAdmin):
+    """Every jxai admin list page uses :class:`DeclaredFiltersChangeList`."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return DeclaredFiltersChangeList
 
 
 def pretty_json(text: Any) -> str:
@@ -92,7 +126,7 @@ class MessageInline(admin.TabularInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
     list_display = ("label", "title", "owner", "model", "status", "message_count", "token_count",
@@ -193,7 +227,7 @@ class ConversationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(DeclaredFiltersOnly):
     """API tokens: the plaintext is shown once, on the page that follows creation; revoking
     (the list action) is final, a revoked token never authenticates again."""
 
@@ -202,6 +236,13 @@ class ApiTokenAdmin(admin.ModelAdmin):
     search_fields = ("name", "user__username", "prefix")
     raw_id_fields = ("user",)
     actions = ("revoke",)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """The owner must be a user the staff member may issue a token for
+        (:func:`jxai_app.policy.tokens.token_owners_for`); another one is an invalid choice."""
+        if db_field.name == "user":
+            kwargs["queryset"] = tokens.token_owners_for(request.user, staff_for_users=conf.staff_tokens_for_users())
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is None:
@@ -237,7 +278,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(DeclaredFiltersOnly):
     """Per-tool policy, plus the page listing every registered tool."""
 
     list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
@@ -282,7 +323,7 @@ class ToolPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(UserLimits)
-class UserLimitsAdmin(admin.ModelAdmin):
+class UserLimitsAdmin(DeclaredFiltersOnly):
     """Per-user overrides of the rate limit and the daily token quota: empty = the settings'
     default, 0 = unlimited (the help text of each field says so on the form)."""
 
@@ -292,7 +333,7 @@ class UserLimitsAdmin(admin.ModelAdmin):
 
 
 @admin.register(UsageLedger)
-class UsageLedgerAdmin(admin.ModelAdmin):
+class UsageLedgerAdmin(DeclaredFiltersOnly):
     """Per-user usage by UTC day, read-only, with totals over the filtered rows. Estimated
     tokens (the provider sent no usage) are a column of their own."""
 
@@ -341,8 +382,9 @@ def _usage_link(user: Any) -> str:
 _user_model = get_user_model()
 if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_user_model)) is UserAdmin:
     # Only Django's own user admin is extended; a project's custom one is left alone.
-    class JxaiUserAdmin(UserAdmin):
-        """Django's user admin with a link to the user's jxai usage."""
+    class JxaiUserAdmin(DeclaredFiltersOnly, UserAdmin):
+        """Django's user admin with a link to the user's jxai usage, filtering only through
+        its declared filters (``?password__startswith=`` would read password hashes)."""
 
         list_display = (*UserAdmin.list_display, "jxai_usage")
         readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage")

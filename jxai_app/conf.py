@@ -257,6 +257,18 @@ def cancel_on_disconnect() -> bool:
     return bool(settings.JXAI_CANCEL_ON_DISCONNECT)
 
 
+def staff_tokens_for_users() -> bool:
+    """``JXAI_STAFF_TOKENS_FOR_USERS``: staff who are not superusers may issue API tokens for
+    users without staff rights too, not only for themselves (:mod:`jxai_app.policy.tokens`)."""
+    return bool(settings.JXAI_STAFF_TOKENS_FOR_USERS)
+
+
+def login_ip_header() -> str:
+    """``JXAI_LOGIN_IP_HEADER``: the ``request.META`` key holding the client address a reverse
+    proxy set (``HTTP_X_FORWARDED_FOR``, ``HTTP_X_REAL_IP``), or ``""`` for ``REMOTE_ADDR``."""
+    return str(settings.JXAI_LOGIN_IP_HEADER)
+
+
 def allow_client_provider() -> bool:
     """``JXAI_ALLOW_CLIENT_PROVIDER``: ``POST /ai/chat`` accepts a caller-supplied provider
     URL (``X-Api-Base-URL``, SSRF-checked) with the caller's own key (default off)."""

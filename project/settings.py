@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -70,6 +71,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "jxai_app",
 ]
 
@@ -83,6 +85,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "jxai_app.web.csp.ContentSecurityPolicyMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "project.urls"
@@ -144,6 +147,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# django-axes refuses a login before the password is checked once a (username, IP) pair has
+# failed JXAI_LOGIN_FAILURE_LIMIT times, for JXAI_LOGIN_COOLOFF_MINUTES after the last failure
+# (each failure while locked starts the wait again); a success clears the count. Failures
+# live in the database (AccessAttempt), shared by every worker. /accounts/login/ and
+# /admin/login/ both authenticate through these backends.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+JXAI_LOGIN_FAILURE_LIMIT = int(os.environ.get("JXAI_LOGIN_FAILURE_LIMIT", "5"))
+AXES_ENABLED = JXAI_LOGIN_FAILURE_LIMIT > 0  # 0 turns throttling off
+AXES_FAILURE_LIMIT = max(JXAI_LOGIN_FAILURE_LIMIT, 1)
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("JXAI_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no banner on every manage.py command
+AXES_CLIENT_IP_CALLABLE = "jxai_app.web.clientip.client_ip"
+# Behind a reverse proxy every login comes from the proxy's address: name the META key of
+# the header it sets (e.g. HTTP_X_FORWARDED_FOR, whose last address the proxy appended).
+JXAI_LOGIN_IP_HEADER = os.environ.get("JXAI_LOGIN_IP_HEADER", "")
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -192,6 +216,9 @@ JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
 # A tool without a ToolPolicy row is offered to every user when on; off makes every tool
 # opt-in through a policy row edited in admin (jxai_app.policy.toolpolicy).
 JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
+# Staff who are not superusers issue API tokens for themselves only; on, also for users
+# without staff rights (jxai_app.policy.tokens).
+JXAI_STAFF_TOKENS_FOR_USERS = env_bool("JXAI_STAFF_TOKENS_FOR_USERS", False)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider
 # variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,

@@ -1,1 +1,2 @@
-"""HTTP plumbing of the Django layer: API authentication and the Content Security Policy."""
+"""HTTP plumbing of the Django layer: API authentication, the Content Security Policy, the
+websocket Origin check and the client address that login throttling counts."""

@@ -113,6 +113,35 @@ def test_staff_without_view_conversation_see_no_message_content_anywhere(
     assert 'name="title"' not in change.content.decode()
 
 
+@pytest.mark.parametrize("content", [False, True])
+def test_list_pages_filter_only_by_their_declared_filters(django_user_model: Any, secret_conversation: Conversation,
+                                                          user: Any, content: bool) -> None:
+    client = _client(_staff(django_user_model, "operator", content=content))
+    conversations = reverse("admin:jxai_app_conversation_changelist")
+    undeclared = {
+        conversations: [{"title__startswith": "PAN"}, {"title__startswith": "X"}, {"title": SAID[0]},
+                        {"last_error__icontains": "GHARIAL"}, {"last_problem__icontains": "x"},
+                        {"title__regex": "("}, {"title__regex": "^(a+)+b"}, {"messages__content__contains": "Q"},
+                        {"owner__password__startswith": "p"}, {"turn_id__isnull": "1"}],
+        reverse("admin:jxai_app_apitoken_changelist"): [{"secret_hash__startswith": "a"}],
+        reverse("admin:auth_user_changelist"): [{"password__startswith": "pbkdf2"}, {"email__regex": "("}],
+        reverse("admin:jxai_app_userlimits_changelist"): [{"user__password__startswith": "p"}],
+    }
+    for url, queries in undeclared.items():
+        for query in queries:
+            response = client.get(url, query)
+            assert response.status_code == 400, (url, query)  # the same answer whether or not it matches
+            assert not any(word in response.content.decode() for word in SAID), (url, query)
+    declared = [{"status__exact": "error"}, {"model": "fast"}, {"owner__id__exact": user.pk},
+                {"created_at__year": secret_conversation.created_at.year}, {"status__isnull": "False"}]
+    for query in declared:
+        listed = client.get(conversations, query)
+        assert listed.status_code == 200 and list(listed.context["cl"].result_list) == [secret_conversation], query
+    usage = client.get(reverse("admin:jxai_app_usageledger_changelist"), {"user__id__exact": user.pk})
+    assert usage.status_code == 200
+    assert client.get(reverse("admin:auth_user_changelist"), {"is_staff__exact": "1"}).status_code == 200
+
+
 def test_the_same_pages_show_content_with_the_permission(
     django_user_model: Any, secret_conversation: Conversation, user: Any
 ) -> None:
@@ -191,3 +220,35 @@ def test_revoking_an_api_token_in_admin_is_final(django_user_model: Any, user: A
     chat = Client().post("/ai/chat", data=b'{"messages": [{"role": "user", "content": "hi"}]}',
                          content_type="application/json", headers={"Authorization": f"Bearer {plaintext}"})
     assert chat.status_code == 401 and chat["Content-Type"] == "application/problem+json"
+
+
+def _issue_in_admin(client: Client, owner: Any) -> bool:
+    """Post admin's add-token form for ``owner``; True when a token was issued (the page
+    that shows its plaintext once), False when the form refused the owner."""
+    before = ApiToken.objects.count()
+    response = client.post(reverse("admin:jxai_app_apitoken_add"), {"user": owner.pk, "name": "minted"})
+    issued = ApiToken.objects.count() > before
+    assert issued == ("plaintext" in (response.context or {}))
+    if not issued:
+        assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    return issued
+
+
+@pytest.mark.parametrize("staff_for_users", [False, True])
+def test_staff_issue_api_tokens_for_themselves_and_only_a_superuser_for_anyone(
+    settings: Any, django_user_model: Any, user: Any, staff_for_users: bool
+) -> None:
+    settings.JXAI_STAFF_TOKENS_FOR_USERS = staff_for_users
+    staff = _staff(django_user_model, "helpdesk", content=False)  # holds add_apitoken
+    other_staff = _staff(django_user_model, "auditor", content=True)
+    root = django_user_model.objects.create_superuser("root", "root@example.com", None)
+    client = _client(staff)
+
+    assert _issue_in_admin(client, staff)
+    assert not _issue_in_admin(client, root)
+    assert not _issue_in_admin(client, other_staff)
+    assert _issue_in_admin(client, user) is staff_for_users  # a user without staff rights
+    assert set(ApiToken.objects.values_list("user__username", flat=True)) == \
+        {"helpdesk", *(["alice"] if staff_for_users else [])}
+    superuser = _client(root)
+    assert all(_issue_in_admin(superuser, owner) for owner in (user, other_staff, root))

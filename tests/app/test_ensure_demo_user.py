@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
+from django.test import RequestFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -24,7 +25,8 @@ def test_an_empty_database_gets_a_demo_user_whose_printed_password_works() -> No
     assert match, output
     username, password = match.groups()
     assert username == "demo" and len(password) >= 16
-    assert authenticate(username=username, password=password) is not None
+    login = RequestFactory().post("/accounts/login/")  # login throttling authenticates a request
+    assert authenticate(login, username=username, password=password) is not None
 
 
 def test_passwords_differ_between_fresh_databases() -> None:

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from jxai_app import conf, store
 from jxai_app.consumers import ChatConsumer
+from jxai_app.core.streaming.fault import MAX_MESSAGE
 from jxai_app.models import Conversation, Message
 from channels.layers import get_channel_layer
 
@@ -39,8 +40,7 @@ from tests.app.test_secrets_logs import SENTINEL, _assert_no_key_in_logs, _echo,
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
     MODEL, Tab, assert_in_order, closed_port, fake, hub, text_script,
 )
-from tests.support.fake_provider import FakeProvider, Handler
-from tests.app.store_support import TurnFeed
+from tests.support.fake_provider import FakeProvider, Handler, Request, Script, json_response
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,6 +104,31 @@ async def test_a_provider_echoing_the_key_never_gets_it_onto_the_websocket_the_r
     rows = await sync_to_async(_every_saved_row)()
     assert "[redacted]" in rows and SENTINEL not in rows
     _assert_no_key_in_logs(capture, SENTINEL)
+    await tab.close()
+
+
+def _echo_at_the_cut(request: Request) -> Script:
+    """401 echoing the key so that all of it but its last character comes before the cut
+    at ``MAX_MESSAGE - 1`` characters (the leak of a "mask after cutting" order)."""
+    sent = request.headers.get("authorization", "")
+    echo = f"Incorrect API key provided: {sent}"
+    return json_response(401, {"error": {"message": "." * (MAX_MESSAGE - len(echo)) + echo + "; see the docs."}})
+
+
+async def test_a_key_straddling_the_message_cut_reaches_no_frame_row_or_log(
+    user: Any, sentinel_provider: FakeProvider, hub: Any, capture: pytest.LogCaptureFixture
+) -> None:
+    sentinel_provider.handler = _echo_at_the_cut
+    tab = await Tab(user).open()
+    await tab.send(type="send", conversationId=None, text="Hello?")
+    final = await _final(tab)
+
+    error = next(i["event"] for i in tab.events() if i["event"]["type"] == "error")
+    assert error["message"].endswith("Bearer [redacted]; see the docs.") and final["lastError"]["message"] == error["message"]
+    piece = SENTINEL[:8]  # "sk-SENTI": any start of the key
+    assert all(piece not in json.dumps(frame, ensure_ascii=False) for frame in tab.frames)
+    assert piece not in await sync_to_async(_every_saved_row)()
+    _assert_no_key_in_logs(capture, piece)
     await tab.close()
 
 

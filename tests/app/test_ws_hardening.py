@@ -48,25 +48,65 @@ async def _answers_list(comm: WebsocketCommunicator) -> bool:
 
 
 # -- cross-site websocket hijacking (threat 9) --------------------------------------------
+async def _handshake(user: Any, headers: list[tuple[bytes, bytes]], scheme: str = "ws") -> WebsocketCommunicator | None:
+    """Open the real application's socket with ``user``'s session cookie and ``headers``;
+    the open communicator, or ``None`` once the handshake was refused (closed, code 1000,
+    before the consumer ran)."""
+    _, cookie = await sync_to_async(_login)(user)
+    comm = await _socket(cookie, headers)
+    comm.scope["scheme"] = scheme
+    connected, code = await comm.connect()
+    if connected:
+        return comm
+    assert code == 1000
+    await comm.wait()
+    return None
+
+
 @pytest.mark.parametrize("origin", [
     b"https://evil.example", b"http://127.0.0.1.evil.example", b"http://evil.example:8000", b"null", None,
+    b"http://127.0.0.1:18902",  # another port on the same host: another site
+    b"https://127.0.0.1:8000",  # another scheme on the same host and port
+    b"http://127.0.0.1",  # the default port, 80, is another port too
+    b"http://localhost:8000",  # an allowed host, but not the one the socket was opened on
+    b"http://127.0.0.1:8000/path", b"http://user@127.0.0.1:8000", b"ws://127.0.0.1:8000",
 ])
 async def test_a_foreign_or_missing_origin_is_refused_at_the_handshake(user: Any, origin: bytes | None) -> None:
-    _, cookie = await sync_to_async(_login)(user)
     headers = [(b"host", b"127.0.0.1:8000")] + ([(b"origin", origin)] if origin is not None else [])
-    comm = await _socket(cookie, headers)
-    connected, code = await comm.connect()
-    assert connected is False and code == 1000  # refused before the consumer ran (valid session cookie)
-    await comm.wait()
+    assert await _handshake(user, headers) is None
 
 
 async def test_the_page_s_own_origin_is_accepted(user: Any) -> None:
-    _, cookie = await sync_to_async(_login)(user)
-    for origin in (b"http://127.0.0.1:8000", b"http://localhost:8000", b"http://[::1]:8000"):
-        comm = await _socket(cookie, [(b"origin", origin), (b"host", b"127.0.0.1:8000")])
-        connected, _ = await comm.connect()
-        assert connected and await _answers_list(comm)
+    for host in (b"127.0.0.1:8000", b"localhost:8000", b"[::1]:8000", b"localhost"):
+        comm = await _handshake(user, [(b"origin", b"http://" + host), (b"host", host)])
+        assert comm is not None and await _answers_list(comm)
         await comm.disconnect()
+
+
+async def test_over_tls_only_the_https_origin_is_the_site_s_own(settings: Any, user: Any) -> None:
+    settings.ALLOWED_HOSTS = ["chat.example.com"]
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    host = (b"host", b"chat.example.com")
+    for scheme, extra in (("wss", []), ("ws", [(b"x-forwarded-proto", b"https")])):
+        comm = await _handshake(user, [(b"origin", b"https://chat.example.com"), host, *extra], scheme)
+        assert comm is not None and await _answers_list(comm)
+        await comm.disconnect()
+        assert await _handshake(user, [(b"origin", b"http://chat.example.com"), host, *extra], scheme) is None
+        assert await _handshake(user, [(b"origin", b"https://chat.example.com:8443"), host, *extra], scheme) is None
+    assert await _handshake(user, [(b"origin", b"https://chat.example.com"), host]) is None  # plain ws, no proxy word
+
+
+async def test_trusted_origins_are_accepted_scheme_host_and_port_alike(settings: Any, user: Any) -> None:
+    settings.CSRF_TRUSTED_ORIGINS = ["https://app.example.com", "https://*.example.org"]
+    local = (b"host", b"127.0.0.1:8000")
+    for origin in (b"https://app.example.com", b"https://app.example.com:443", b"https://a.example.org",
+                   b"https://example.org"):
+        comm = await _handshake(user, [(b"origin", origin), local])
+        assert comm is not None, origin
+        await comm.disconnect()
+    for origin in (b"http://app.example.com", b"https://app.example.com:8443", b"https://evil.app.example.com",
+                   b"http://a.example.org", b"https://a.example.org:8443", b"https://example.org.evil"):
+        assert await _handshake(user, [(b"origin", origin), local]) is None, origin
 
 
 # -- stale sessions (threat 10) -----------------------------------------------------------

@@ -8,7 +8,9 @@ transport error, into exactly one :class:`~jxai_app.core.streaming.events.ErrorE
 and an RFC 9457 problem (SPEC §2 error-code table). ``UpstreamFault`` never leaves a client.
 
 Message extraction for non-2xx bodies follows the seed's UE-1 … UE-9 (§2.6), plus SPEC §2:
-an ``application/problem+json`` body gives its ``detail``, else its ``title``.
+an ``application/problem+json`` body gives its ``detail``, else its ``title``. A message is
+kept whole (up to the body's :data:`MAX_ERROR_BODY`) until its event is made: credentials are
+masked first, then it is cut to :data:`MAX_MESSAGE` characters (:func:`redact_and_clip`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ import re
 from http import HTTPStatus
 from typing import Any, Final, Mapping, Sequence
 
+from jxai_app.core.logsafety import REDACTED
 from jxai_app.core.problems import problem, problem_for_status
 from jxai_app.core.streaming.events import ErrorEvent
 
 MAX_ERROR_BODY: Final[int] = 64 * 1024
 """Bytes of a non-2xx body read for the error message (SPEC §2)."""
 
-_MAX_MESSAGE: Final[int] = 2000
-"""Longest message kept from a provider body, in characters."""
+MAX_MESSAGE: Final[int] = 2000
+"""Longest message (and code) an ``error`` event carries, in characters; longer ones are
+cut after credentials are masked (:func:`redact_and_clip`)."""
 
 
 class UpstreamFault(Exception):
@@ -38,25 +42,32 @@ class UpstreamFault(Exception):
         slug: the problem type (``upstream-failure`` unless given).
         status: the upstream HTTP status, when the fault is a non-2xx answer; the problem
             type then follows the status (PB-6, PB-7; 429 → rate-limited, 504 → upstream-timeout).
+        cut: the text ``message`` comes from was cut before it got here (an error body read
+            up to :data:`MAX_ERROR_BODY`), so its end may be the start of a credential.
     """
 
-    def __init__(self, code: str, message: str, *, slug: str = "upstream-failure", status: int | None = None) -> None:
+    def __init__(self, code: str, message: str, *, slug: str = "upstream-failure", status: int | None = None,
+                 cut: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.slug = slug
         self.status = status
+        self.cut = cut
 
     def to_event(self, secrets: Sequence[str] = ()) -> ErrorEvent:
         """The ``error`` event for this fault, with its problem document (``detail`` = message).
 
         Args:
             secrets: credential values the request carried (:func:`secret_values`); each is
-                replaced by ``[redacted]`` in the message and code, so a provider that echoes
-                the ``Authorization`` header in its error body never hands the key to a
-                browser, a database row or a log (SPEC §3, issue 6 item 8).
+                replaced by ``[redacted]`` in the message and code before they are cut to
+                :data:`MAX_MESSAGE` characters (:func:`redact_and_clip`), so a provider that
+                echoes the ``Authorization`` header in its error body never hands the key, or
+                a piece of it, to a browser, a database row or a log (docs/security.md,
+                "Secret leakage").
         """
-        message, code = redact(self.message, secrets), redact(self.code, secrets)
+        message = redact_and_clip(self.message, secrets, cut=self.cut)
+        code = redact_and_clip(self.code, secrets)
         doc = problem_for_status(self.status, message) if self.status is not None else problem(self.slug, message)
         return ErrorEvent(message=message, code=code, problem=doc)
 
@@ -84,8 +95,48 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     """``text`` with every occurrence of each of ``secrets`` replaced by ``[redacted]``."""
     for secret in secrets:
         if secret in text:
-            text = text.replace(secret, "[redacted]")
+            text = text.replace(secret, REDACTED)
     return text
+
+
+def _secret_prefix_at_end(text: str, secrets: Sequence[str]) -> int:
+    """Length of the longest proper prefix of one of ``secrets`` that ``text`` ends with (0: none)."""
+    longest = 0
+    for secret in secrets:
+        for size in range(len(secret) - 1, longest, -1):
+            if text.endswith(secret[:size]):
+                longest = size
+                break
+    return longest
+
+
+def redact_and_clip(text: str, secrets: Sequence[str], limit: int = MAX_MESSAGE, *, cut: bool = False) -> str:
+    """``text`` for an ``error`` event: credentials masked, then cut to ``limit`` characters.
+
+    Masking comes first, so a secret that straddles the cut is masked whole rather than
+    kept up to the cut. Then, when the text is cut here (the last character becomes ``…``)
+    or was cut before (``cut``), a piece at its end that is the start of one of ``secrets``
+    (``Bearer sk-pro`` of ``Bearer sk-proj-…``), however short, is masked too
+    (docs/security.md, "Secret leakage").
+
+    Args:
+        text: the provider's sentence (or code).
+        secrets: the request's credential values (:func:`secret_values`).
+        limit: the longest result, in characters, ``…`` included.
+        cut: ``text`` itself ends where something longer was cut.
+
+    Returns:
+        At most ``limit`` characters (plus the mask's when one replaces a piece at the cut).
+    """
+    text = redact(text, secrets)
+    clipped = len(text) > limit
+    if clipped:
+        text = text[: limit - 1]
+    if clipped or cut:
+        piece = _secret_prefix_at_end(text, (*secrets, REDACTED))  # a mask cut in two is made whole
+        if piece:
+            text = text[: len(text) - piece] + REDACTED
+    return text + "…" if clipped else text
 
 
 def provider_error_fault(error: Any) -> UpstreamFault:
@@ -100,7 +151,7 @@ def provider_error_fault(error: Any) -> UpstreamFault:
         numeric ``code`` as a string, else ``upstream_error``; problem ``upstream-failure``.
     """
     if isinstance(error, str):
-        return UpstreamFault("upstream_error", _clip(error.strip()) or "The provider reported an error.")
+        return UpstreamFault("upstream_error", error.strip() or "The provider reported an error.")
     if not isinstance(error, Mapping):
         return UpstreamFault("upstream_error", "The provider reported an error.")
     code = error.get("code")
@@ -116,7 +167,7 @@ def provider_error_fault(error: Any) -> UpstreamFault:
     message = error.get("message")
     if not isinstance(message, str) or not message.strip():
         message = f"The provider reported an error ({chosen})."
-    return UpstreamFault(chosen, _clip(message.strip()))
+    return UpstreamFault(chosen, message.strip())
 
 
 def error_event_fault(data: str) -> UpstreamFault:
@@ -141,7 +192,7 @@ def http_fault(status: int, reason: str, body: bytes, content_type: str, *, body
     Args:
         status: the HTTP status.
         reason: the reason phrase (the fallback for an empty body, UE-1).
-        body: up to :data:`MAX_ERROR_BODY` bytes of the body.
+        body: up to :data:`MAX_ERROR_BODY` bytes of the body (that many: it was cut there).
         content_type: the response's ``Content-Type`` (may be empty).
         body_code_first: proxy rule (SC-37): the body's own top-level non-empty string
             ``code`` becomes the event code instead of the status.
@@ -166,7 +217,7 @@ def http_fault(status: int, reason: str, body: bytes, content_type: str, *, body
         own = value.get("code")
         if isinstance(own, str) and own:
             code = own
-    return UpstreamFault(code, message, status=status)
+    return UpstreamFault(code, message, status=status, cut=len(body) >= MAX_ERROR_BODY)
 
 
 def extract_message(text: str, value: Any, fallback: str, *, problem_json: bool = False, is_html: bool = False) -> str:
@@ -185,20 +236,20 @@ def extract_message(text: str, value: Any, fallback: str, *, problem_json: bool 
         if problem_json:
             for key in ("detail", "title"):
                 if isinstance(value.get(key), str) and value[key].strip():
-                    return _clip(value[key].strip())
+                    return str(value[key].strip())
         error = value.get("error")
         if isinstance(error, str) and error.strip():
-            return _clip(error.strip())
+            return error.strip()
         if isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"].strip():
-            return _clip(error["message"].strip())
+            return str(error["message"].strip())
         errors = value.get("errors")
         if isinstance(errors, list) and errors:
             first = errors[0]
             if isinstance(first, dict) and isinstance(first.get("message"), str) and first["message"].strip():
-                return _clip(first["message"].strip())
+                return str(first["message"].strip())
     if is_html:
-        return _clip(_html_text(text)) or fallback
-    return _clip(text)
+        return _html_text(text) or fallback
+    return text
 
 
 def _html_text(page: str) -> str:
@@ -215,6 +266,3 @@ def _phrase(status: int) -> str:
     except ValueError:
         return f"HTTP {status}"
 
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"

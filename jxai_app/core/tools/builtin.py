@@ -13,7 +13,7 @@ import datetime as dt
 import inspect
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -24,6 +24,8 @@ from jxai_app.core.tools.registry import ToolRegistry
 __all__ = [
     "MAX_EXPRESSION_CHARS",
     "MAX_EXPONENT",
+    "MAX_INT_BITS",
+    "MAX_ROUND_DIGITS",
     "MAX_SEARCH_RESULTS",
     "SearchFunction",
     "calculate",
@@ -69,37 +71,106 @@ MAX_EXPRESSION_CHARS = 200
 """The longest expression ``calculate`` accepts, in characters."""
 MAX_EXPONENT = 100
 """The largest ``|exponent|`` of ``**`` accepted."""
-_MAX_INT_BITS = 1000  # ~1e301: bounds every intermediate integer
+MAX_ROUND_DIGITS = 300
+"""The largest ``|ndigits|`` of ``round(x, ndigits)`` accepted (``10 ** 300`` has 997 bits)."""
+MAX_INT_BITS = 1000
+"""The largest integer the evaluator makes, in bits (about ``1e301``): every operation whose
+integer result could be larger is refused before it runs."""
 _MAX_FLOAT = 1e300
+_LOG2_10 = math.log2(10)
 
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+Number = int | float
+
+
+def _bits(value: Number) -> int:
+    """Size of a number's magnitude in bits: an int's bit length, a float's binary exponent
+    (at most 997 for the floats the evaluator keeps, 0 below 1)."""
+    if isinstance(value, int):
+        return value.bit_length()
+    return max(math.frexp(value)[1], 0)
+
+
+def _float_bound(args: Sequence[Number]) -> int:
+    """``/`` and the float functions: 0, a float is 64 bits whatever its value."""
+    return 0
+
+
+def _largest_bound(args: Sequence[Number]) -> int:
+    """``abs``, ``min``, ``max``, ``floor``, ``ceil``: no larger than the largest operand."""
+    return max((_bits(a) for a in args), default=0)
+
+
+def _sum_bound(args: Sequence[Number]) -> int:
+    return _largest_bound(args) + 1
+
+
+def _product_bound(args: Sequence[Number]) -> int:
+    return sum(_bits(a) for a in args)
+
+
+def _quotient_bound(args: Sequence[Number]) -> int:
+    return _bits(args[0])
+
+
+def _remainder_bound(args: Sequence[Number]) -> int:
+    return _bits(args[1])
+
+
+def _power_bound(args: Sequence[Number]) -> int:
+    base, exponent = args
+    if abs(exponent) > MAX_EXPONENT:
+        raise _CalcError(f"exponents larger than {MAX_EXPONENT} in absolute value are not allowed")
+    if base == 0 and exponent < 0:
+        raise ZeroDivisionError("zero cannot be raised to a negative power")
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
+        return _bits(base) * exponent
+    return 0
+
+
+def _round_bound(args: Sequence[Number]) -> int:
+    if len(args) != 2:
+        return _largest_bound(args)  # round(x) makes an int no larger than x; others raise
+    value, ndigits = args
+    if isinstance(ndigits, bool) or not isinstance(ndigits, int):
+        raise _CalcError("round takes a whole number of digits")
+    if abs(ndigits) > MAX_ROUND_DIGITS:
+        raise _CalcError(f"round takes at most {MAX_ROUND_DIGITS} digits either side of the point")
+    # An int rounded to ndigits < 0 is computed through 10 ** -ndigits.
+    return max(_bits(value), math.ceil(-ndigits * _LOG2_10)) + 1
+
+
+# Each operation comes with the bound of its integer result's size in bits, computed from
+# the operands' sizes before the operation runs (docs/security.md, "Tools that cannot hold a
+# worker"). Unary + and - keep the size. An operation added here needs its bound; there are
+# no factorials, shifts, bit operations or strings, whose results grow without such a bound.
+_BINARY: dict[type[ast.operator], tuple[Callable[[Any, Any], Any], Callable[[Sequence[Number]], int]]] = {
+    ast.Add: (operator.add, _sum_bound),
+    ast.Sub: (operator.sub, _sum_bound),
+    ast.Mult: (operator.mul, _product_bound),
+    ast.Div: (operator.truediv, _float_bound),
+    ast.FloorDiv: (operator.floordiv, _quotient_bound),
+    ast.Mod: (operator.mod, _remainder_bound),
+    ast.Pow: (operator.pow, _power_bound),
 }
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "abs": abs,
-    "round": round,
-    "min": min,
-    "max": max,
-    "sqrt": math.sqrt,
-    "floor": math.floor,
-    "ceil": math.ceil,
-    "exp": math.exp,
-    "log": math.log,
-    "log10": math.log10,
-    "log2": math.log2,
-    "sin": math.sin,
-    "cos": math.cos,
-    "tan": math.tan,
-    "asin": math.asin,
-    "acos": math.acos,
-    "atan": math.atan,
+_FUNCTIONS: dict[str, tuple[Callable[..., Any], Callable[[Sequence[Number]], int]]] = {
+    "abs": (abs, _largest_bound),
+    "round": (round, _round_bound),
+    "min": (min, _largest_bound),
+    "max": (max, _largest_bound),
+    "sqrt": (math.sqrt, _float_bound),
+    "floor": (math.floor, _largest_bound),
+    "ceil": (math.ceil, _largest_bound),
+    "exp": (math.exp, _float_bound),
+    "log": (math.log, _float_bound),
+    "log10": (math.log10, _float_bound),
+    "log2": (math.log2, _float_bound),
+    "sin": (math.sin, _float_bound),
+    "cos": (math.cos, _float_bound),
+    "tan": (math.tan, _float_bound),
+    "asin": (math.asin, _float_bound),
+    "acos": (math.acos, _float_bound),
+    "atan": (math.atan, _float_bound),
 }
 _CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
@@ -108,28 +179,22 @@ class _CalcError(ValueError):
     """An expression ``calculate`` refuses, with the sentence for the model."""
 
 
-def _check(value: Any) -> int | float:
+def _bounded(bound: int) -> None:
+    if bound > MAX_INT_BITS:
+        raise _CalcError("the result is too large")
+
+
+def _check(value: Any) -> Number:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _CalcError("the result is not a real number")
-    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise _CalcError("the result is too large")
     if isinstance(value, float) and (not math.isfinite(value) or abs(value) > _MAX_FLOAT):
         raise _CalcError("the result is too large or not a number")
     return value
 
 
-def _power(base: int | float, exponent: int | float) -> int | float:
-    if abs(exponent) > MAX_EXPONENT:
-        raise _CalcError(f"exponents larger than {MAX_EXPONENT} in absolute value are not allowed")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-        if base.bit_length() * exponent > _MAX_INT_BITS + 64:
-            raise _CalcError("the result is too large")
-    if base == 0 and exponent < 0:
-        raise ZeroDivisionError("zero cannot be raised to a negative power")
-    return _check(operator.pow(base, exponent))
-
-
-def _eval(node: ast.AST) -> int | float:
+def _eval(node: ast.AST) -> Number:
     if isinstance(node, ast.Expression):
         return _eval(node.body)
     if isinstance(node, ast.Constant):
@@ -139,11 +204,13 @@ def _eval(node: ast.AST) -> int | float:
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.BitXor):
             raise _CalcError("'^' is not a power here; use '**'")
-        op = _BINARY.get(type(node.op))
-        if op is None:
+        entry = _BINARY.get(type(node.op))
+        if entry is None:
             raise _CalcError(f"the operator {type(node.op).__name__} is not allowed")
+        op, bound = entry
         left, right = _eval(node.left), _eval(node.right)
-        return _power(left, right) if op is operator.pow else _check(op(left, right))
+        _bounded(bound((left, right)))
+        return _check(op(left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _check(_UNARY[type(node.op)](_eval(node.operand)))
     if isinstance(node, ast.Name):
@@ -159,20 +226,26 @@ def _eval(node: ast.AST) -> int | float:
             raise _CalcError(f"unknown function {node.func.id!r} (known: {', '.join(_FUNCTIONS)})")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > 10:
             raise _CalcError(f"call {node.func.id} with at most 10 plain arguments")
+        function, bound = _FUNCTIONS[node.func.id]
         args = [_eval(a) for a in node.args]
-        return _check(_FUNCTIONS[node.func.id](*args))
+        _bounded(bound(args))
+        return _check(function(*args))
     if isinstance(node, ast.Attribute):
         raise _CalcError("attribute access is not allowed")
     raise _CalcError(f"{type(node).__name__} is not allowed; use numbers, + - * / // % **, parentheses and math functions")
 
 
-def evaluate_expression(expression: str) -> int | float:
-    """Evaluate arithmetic safely (no ``eval``): an ``ast`` whitelist walk.
+def evaluate_expression(expression: str) -> Number:
+    """Evaluate arithmetic safely (no ``eval``): an ``ast`` whitelist walk whose cost is bounded.
 
     Allowed: int and float literals, ``+ - * / // % **``, unary ``+``/``-``, parentheses,
-    the constants ``pi``, ``e``, ``tau`` and the functions in ``_FUNCTIONS``. Bounds:
-    ``MAX_EXPRESSION_CHARS`` characters, ``|exponent| ≤ MAX_EXPONENT``, every intermediate
-    integer ≤ 1000 bits and float ≤ 1e300 in magnitude.
+    the constants ``pi``, ``e``, ``tau`` and the functions in ``_FUNCTIONS``. Bounds, each
+    checked *before* the operation runs: ``MAX_EXPRESSION_CHARS`` characters,
+    ``|exponent| ≤ MAX_EXPONENT``, ``|ndigits| ≤ MAX_ROUND_DIGITS`` for ``round``, every
+    integer result ≤ ``MAX_INT_BITS`` bits (estimated from the operands' sizes); every float
+    ≤ 1e300 in magnitude. So a call is at most ~100 operations on numbers of at most 1000
+    bits: microseconds, never long enough to hold a worker (docs/security.md, "Tools that
+    cannot hold a worker").
 
     Args:
         expression: the text, e.g. ``"(2 + 3) * 4 ** 2"``.

@@ -4,6 +4,10 @@ The plaintext token is printed once on standard output (nothing else goes there,
 be captured: ``TOKEN=$(manage.py create_api_token alice)``); only its SHA-256 hash and a
 short prefix are stored. Use it as ``Authorization: Bearer <token>`` or ``X-Api-Key: <token>``
 on ``POST /ai/chat``. Revoke it in admin (set *revoked at*).
+
+The command issues for any active user: it runs with the shell's rights (the database and
+the settings are the operator's already), like a superuser in admin, where other staff may
+issue tokens only for themselves (:mod:`jxai_app.policy.tokens`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import random
+import time
 import threading
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -11,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jxai_app.core.tools import ToolContext, default_registry, make_search_conversations_tool
-from jxai_app.core.tools.builtin import MAX_EXPRESSION_CHARS, evaluate_expression
+from jxai_app.core.tools.builtin import MAX_EXPRESSION_CHARS, MAX_INT_BITS, MAX_ROUND_DIGITS, evaluate_expression
 
 
 @pytest.fixture
@@ -110,6 +112,11 @@ async def test_calculate_evaluates_arithmetic(registry, expression: str, value: 
         ("sqrt(-1)", "math domain error"),
         ("sqrt(x=4)", "at most 10 plain arguments"),
         ("a if 1 else 2", "IfExp is not allowed"),
+        ("round(1, -10**7)", "at most 300 digits"),
+        ("round(1.5, 10**9)", "at most 300 digits"),
+        ("round(1, 0.5)", "whole number of digits"),
+        ("(2 ** 100) ** 10", "too large"),
+        ("floor(1e300) * floor(1e300)", "too large"),
     ],
 )
 async def test_calculate_refuses(registry, expression: str, fragment: str) -> None:  # type: ignore[no-untyped-def]
@@ -129,6 +136,47 @@ async def test_calculate_refuses_overlong_input(registry) -> None:  # type: igno
 @pytest.mark.parametrize("expression", ["1 / 0", "5 // 0", "5 % 0", "0 ** -1"])
 async def test_calculate_division_by_zero(registry, expression: str) -> None:  # type: ignore[no-untyped-def]
     assert await registry.execute("calculate", {"expression": expression}) == {"success": False, "error": "Division by zero."}
+
+
+@pytest.mark.parametrize("expression", ["round(1, -10**7)", f"round(1, -{MAX_ROUND_DIGITS + 1})",
+                                        "99 ** 99 * 99 ** 99"])
+def test_an_expression_with_a_huge_result_fails_in_milliseconds(expression: str) -> None:
+    started = time.thread_time()
+    with pytest.raises(ValueError):
+        evaluate_expression(expression)
+    assert time.thread_time() - started < 0.05
+
+
+def _random_expression(rng: random.Random) -> str:
+    """Arithmetic from the evaluator's whole grammar, big operands favoured, at most 200 characters."""
+    leaves = ["9" * rng.randint(1, 60), "1e300", "1e-300", "pi", str(rng.randint(-400, 400)), "0.5", "-7"]
+    text = rng.choice(leaves)
+    while True:
+        other = rng.choice(leaves)
+        form = rng.choice(["({a}) {op} ({b})", "round({a}, {n})", "{f}({a})", "max({a}, {b})"])
+        grown = form.format(a=text, b=other, op=rng.choice(["+", "-", "*", "/", "//", "%", "**"]),
+                            n=rng.randint(-400, 400), f=rng.choice(["floor", "ceil", "abs", "sqrt", "sin", "log"]))
+        if len(grown) > MAX_EXPRESSION_CHARS:
+            return text
+        text = grown
+
+
+def test_no_expression_that_fits_makes_a_large_number_or_takes_long() -> None:
+    rng = random.Random(14)
+    slowest, accepted = 0.0, 0
+    for _ in range(3000):
+        expression = _random_expression(rng)
+        started = time.thread_time()
+        try:
+            value = evaluate_expression(expression)
+        except (ValueError, ZeroDivisionError):
+            value = None
+        slowest = max(slowest, time.thread_time() - started)
+        if isinstance(value, int):
+            accepted += 1
+            assert value.bit_length() <= MAX_INT_BITS
+    assert accepted > 100  # the sample reaches the evaluator's work, not only its refusals
+    assert slowest < 0.05  # CPU seconds of this thread: a busy machine does not count
 
 
 def test_evaluate_expression_never_uses_names_from_python() -> None:

@@ -59,10 +59,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Write:
-    """One write of the response body: wait ``delay`` seconds, then send ``data``."""
+    """One write of the response body: wait ``delay`` seconds, then (when ``gate`` is set)
+    until ``gate`` is set by the test, then send ``data``. A gate lets a test hold a chunk,
+    e.g. the last one of an answer, until it has played a fault."""
 
     data: bytes
     delay: float = 0.0
+    gate: threading.Event | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -114,9 +117,19 @@ class Request:
     body: bytes
     json: Any
     """The body parsed as JSON, or ``None`` when it is not JSON."""
+    received_at: float = 0.0
+    """``time.monotonic()`` when the request (head and body) had been read: one clock for
+    every process of the machine, so a benchmark can compare it with its clients' times."""
 
 
 Handler = Callable[[Request], Script]
+
+
+class _Server(ThreadingHTTPServer):
+    """socketserver listens with a backlog of 5: a burst of requests would see SYNs dropped
+    (and retried a second later); real providers take bursts."""
+
+    request_queue_size = 1024
 
 
 class FakeProvider:
@@ -135,7 +148,7 @@ class FakeProvider:
         self._queue: deque[Script] = deque(scripts)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-provider", daemon=True)
@@ -205,7 +218,7 @@ class FakeProvider:
                 except ValueError:
                     parsed = None
                 request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                                  raw, parsed)
+                                  raw, parsed, time.monotonic())
                 with outer._lock:
                     outer.requests.append(request)
                 outer.request_received.set()
@@ -245,6 +258,8 @@ class FakeProvider:
         for write in writes[:limit]:
             if write.delay and self._sleep(write.delay, sock):
                 return
+            if write.gate is not None and self._wait_gate(write.gate, sock):
+                return
             if not write.data:
                 continue
             h.wfile.write(b"%x\r\n%s\r\n" % (len(write.data), write.data) if script.chunked else write.data)
@@ -277,6 +292,13 @@ class FakeProvider:
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             if self._stop.is_set() or self._client_gone(sock, min(left, 0.02)):
+                return True
+        return False
+
+    def _wait_gate(self, gate: threading.Event, sock: socket.socket) -> bool:
+        """Wait until ``gate`` is set, watching for a client close or server stop; True means give up."""
+        while not gate.is_set():
+            if self._stop.is_set() or self._client_gone(sock, 0.02):
                 return True
         return False
 

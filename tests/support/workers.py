@@ -33,8 +33,8 @@ from tests.support.database import database_url
 from tests.support.net import free_port
 from tests.support.tcp_proxy import TcpProxy
 
-__all__ = ["Cluster", "Worker", "WsClient", "Frame", "make_users", "session_cookie", "wait_listening",
-           "redis_url_via"]
+__all__ = ["Cluster", "Worker", "WsClient", "Frame", "kill_hard", "make_users", "session_cookie",
+           "wait_listening", "redis_url_via"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout the workers run (this file's)."""
@@ -257,8 +257,20 @@ class WsClient:
         await self.close()
 
     async def send(self, **frame: Any) -> None:
-        """Send one client frame (``type=…`` and its members)."""
-        await self.ws.send(json.dumps(frame))
+        """Send one client frame (``type=…`` and its members); raises ``AssertionError`` when
+        the socket is closed."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await self.ws.send(json.dumps(frame))
+        except ConnectionClosed as closed:
+            self.close_code = closed.rcvd.code if closed.rcvd is not None else 1006
+            raise AssertionError(f"socket on {self.port} closed ({self.close_code}) before sending {frame}; "
+                                 f"last frames: {self.tail()}") from None
+
+    def tail(self, count: int = 4, width: int = 400) -> str:
+        """The last ``count`` kept frames, each cut to ``width`` characters (for failure messages)."""
+        return "\n  ".join([""] + [json.dumps(f)[:width] for f in self.frames[-count:]])
 
     def _keep(self, frame: Frame) -> None:
         self.frames.append(frame)
@@ -292,13 +304,23 @@ class WsClient:
             try:
                 frame = await self.recv(deadline - loop.time())
             except TimeoutError:
-                raise AssertionError(f"no {what or 'matching frame'} within {timeout} s on {self.port}; "
-                                     f"last frames: {self.frames[-4:]}") from None
+                raise AssertionError(f"no {what or 'matching frame'} within {timeout:.1f} s on {self.port}; "
+                                     f"last frames: {self.tail()}") from None
             if frame is None:
                 raise AssertionError(f"socket on {self.port} closed ({self.close_code}) before "
-                                     f"{what or 'a matching frame'}; last frames: {self.frames[-4:]}")
+                                     f"{what or 'a matching frame'}; last frames: {self.tail()}")
             if predicate(frame):
                 return frame
+
+    async def wait_for(self, predicate: Callable[[Frame], bool], timeout: float = 15.0, what: str = "",
+                       since: int = 0) -> Frame:
+        """The first frame from index ``since`` of :attr:`frames` on that matches, whether it
+        is already kept or still to come (then as :meth:`until`): for frames whose order
+        among themselves the protocol leaves open."""
+        for frame in self.frames[since:]:
+            if predicate(frame):
+                return frame
+        return await self.until(predicate, timeout, what)
 
     async def until_event(self, kind: str, timeout: float = 15.0, **members: Any) -> dict[str, Any]:
         """Receive until an ``events`` item of ``kind`` (with ``members``) arrives; return the item."""

@@ -43,24 +43,28 @@ Frame = dict[str, Any]
 
 
 # -- processes ---------------------------------------------------------------------------
-def wait_listening(port: int, process: subprocess.Popen[bytes], log: Path, timeout: float = 30.0) -> None:
+def wait_listening(port: int, process: subprocess.Popen[bytes], log: Path | None = None,
+                   timeout: float = 30.0) -> None:
     """Return once something accepts connections on 127.0.0.1:``port``.
 
-    Raises ``AssertionError`` with the tail of ``log`` when ``process`` exits first or
-    ``timeout`` seconds pass.
+    Raises ``AssertionError`` (with the tail of ``log``, when given) when ``process`` exits
+    first or ``timeout`` seconds pass.
     """
     import socket
+
+    def tail() -> str:
+        return f":\n{log.read_text()[-4000:]}" if log is not None else ""
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"daphne on {port} exited with {process.returncode}:\n{log.read_text()[-4000:]}")
+            raise AssertionError(f"daphne on {port} exited with {process.returncode}{tail()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
-    raise AssertionError(f"daphne on {port} did not listen within {timeout} s:\n{log.read_text()[-4000:]}")
+    raise AssertionError(f"daphne on {port} did not listen within {timeout} s{tail()}")
 
 
 @dataclass

@@ -63,6 +63,16 @@ def _status(conversation_id: str) -> str:
 status = sync_to_async(_status)
 
 
+def _half_written(conversation_id: str) -> list[Any]:
+    """What is left streaming of the conversation: its status when ``streaming``, and its
+    messages whose status is ``streaming``; empty when nothing is."""
+    rows: list[Any] = [m for m in saved_messages(conversation_id) if m[2] == "streaming"]
+    return rows + (["conversation streaming"] if _status(conversation_id) == "streaming" else [])
+
+
+half_written = sync_to_async(_half_written)
+
+
 def words(prefix: str, count: int) -> list[str]:
     """An answer's deltas: ``["<prefix>0 ", "<prefix>1 ", …]``."""
     return [f"{prefix}{i} " for i in range(count)]
@@ -136,10 +146,13 @@ async def test_a_turn_through_the_proxies(user: Any, provider: FakeProvider, clu
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         await subscribe([owner, follower], cid)
-        await owner.send(type="send", conversationId=cid, text="Count through the proxies.")
+        answer = await send_answered(owner, cid, "Count through the proxies.", FAULT_DEADLINE)
+        assert answer["type"] == "message_saved", answer
         for client in (owner, follower):
             await client.until(lambda f: f["type"] == "events" and client.text(f["turnId"]) == "".join(parts[:-1]),
                                what="every delta before the gate")
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(c.collect_until(loop.time() + 0.3) for c in (owner, follower)))
         assert not any(e["type"] == "turn_end" for c in (owner, follower) for t in c.items for e in c.events(t))
         gate.set()
         for client in (owner, follower):
@@ -150,6 +163,7 @@ async def test_a_turn_through_the_proxies(user: Any, provider: FakeProvider, clu
             assert client.of_type("message_saved")[-1]["message"]["content"] == "".join(parts)
 
     assert [(r, s) for r, _, s in await saved(cid)] == [("user", "complete"), ("assistant", "complete")]
+    assert await status(cid) == "idle"
     assert cluster.db_proxy.accepted >= 2 and cluster.redis_proxy.accepted >= 2, "a worker bypassed a proxy"
 
     async with WsClient(worker_b.port, cookie) as idle:
@@ -157,6 +171,8 @@ async def test_a_turn_through_the_proxies(user: Any, provider: FakeProvider, clu
         worker_b.signal(signal.SIGTERM)
         await idle.until_closed(timeout=FAULT_DEADLINE)
     assert worker_b.wait_exit(FAULT_DEADLINE) is not None
+    kill_hard(worker_a)
+    assert worker_a.process.returncode == -signal.SIGKILL
 
 
 # -- faults ------------------------------------------------------------------------------
@@ -245,6 +261,44 @@ async def test_database_outage_at_the_end_of_a_turn_loses_nothing(user: Any, pro
     assert await status(cid) == "idle"
 
 
+async def test_database_outage_past_the_retry_time_ends_the_turn_as_error(user: Any, provider: FakeProvider,
+                                                                         cluster: Cluster) -> None:
+    """PostgreSQL cut at the end of a turn for longer than ``JXAI_STORE_RETRY_SECONDS`` (3 s
+    here): every tab gets an ``error`` event, then ``turn_end`` with outcome ``error``, while
+    the database is still away; once it is back, nothing half-written stays (no message left
+    streaming, the conversation not streaming)."""
+    retry = 3.0
+    worker_a, worker_b = cluster.start("a", "b", JXAI_STORE_RETRY_SECONDS=str(int(retry)))
+    cookie = await sync_to_async(session_cookie)(user)
+    cid = await new_conversation(user)
+    parts = words("g", 20)
+    gate = threading.Event()
+    stream = openai_text_stream(parts)
+    provider.add(Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=0.005))
+
+    async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
+        tabs = [owner, follower]
+        await subscribe(tabs, cid)
+        await owner.send(type="send", conversationId=cid, text="Answer, then the database stays away.")
+        turn_id = await streaming(tabs)
+        cluster.db_proxy.cut()
+        gate.set()
+        try:
+            for tab in tabs:
+                end = await tab.wait_for(turn_ended(turn_id), retry + 10, what="turn_end after giving up")
+                assert [i["event"]["outcome"] for i in end["items"] if i["event"]["type"] == "turn_end"] == ["error"]
+                kinds = [e["type"] for e in tab.events(turn_id)]
+                assert "error" in kinds and kinds.index("error") < kinds.index("turn_end"), kinds
+        finally:
+            cluster.db_proxy.restore()
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 15.0
+    while left := await half_written(cid):
+        assert loop.time() < deadline, f"half-written rows stayed after the database came back: {left}"
+        await asyncio.sleep(0.2)
+
+
 async def test_new_websocket_works_while_redis_is_cut(user: Any, provider: FakeProvider, cluster: Cluster) -> None:
     """Redis proxy cut after the worker used it: a new websocket connects (no HTTP 500) and a
     send on it streams a whole turn of its own worker through ``turn_end``, and is saved."""
@@ -268,11 +322,44 @@ async def test_new_websocket_works_while_redis_is_cut(user: Any, provider: FakeP
     assert [(r, c) for r, c, _ in await saved(cid)] == [("user", "Answer without Redis."), ("assistant", "".join(parts))]
 
 
+async def test_following_across_workers_resumes_after_redis_is_back(user: Any, provider: FakeProvider,
+                                                                    cluster: Cluster) -> None:
+    """Redis cut for 3 s under two workers with a follower on each: once it is back, a turn
+    sent on worker A reaches the follower on worker B by itself (events or a resync
+    snapshot) within 15 s: the answer saved, the conversation idle."""
+    worker_a, worker_b = cluster.start("a", "b")
+    cookie = await sync_to_async(session_cookie)(user)
+    cid = await new_conversation(user)
+    parts = words("f", 30)
+    answer = "".join(parts)
+    provider.add(text_script(parts, delay=0.002))
+
+    async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
+        await subscribe([owner, follower], cid)
+        cluster.redis_proxy.cut()
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(tab.collect_until(loop.time() + 3.0) for tab in (owner, follower)))
+        cluster.redis_proxy.restore()
+        back = loop.time()
+        await owner.send(type="send", conversationId=cid, text="Reach the other worker.")
+        await owner.until(ended(cid), what="the turn's end on its own worker")
+
+        def has_answer(frame: Frame) -> bool:
+            return assistant_saved(answer)(frame) or (
+                frame["type"] == "snapshot" and any(m["content"] == answer for m in frame["messages"]))
+
+        await follower.wait_for(has_answer, back + 15.0 - loop.time(), what="the answer on the other worker")
+        await follower.wait_for(lambda f: ended(cid)(f) or (f["type"] == "snapshot" and f["turn"] is None
+                                                            and f["conversation"]["status"] == "idle"),
+                                back + 15.0 - loop.time(), what="the conversation idle on the other worker")
+
+
 async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider, cluster: Cluster) -> None:
     """SIGTERM to the worker running a turn, owner and follower sockets on it: a send during
-    the drain is refused (``service-unavailable`` with ``retry_after``); the turn finishes
-    within ``JXAI_DRAIN_SECONDS`` and is saved; both sockets get ``turn_end`` and then close
-    with 1001; the worker exits."""
+    the drain (from a third socket, into another conversation, so that nothing but the drain
+    can refuse it) is refused (``service-unavailable`` with ``retry_after``); the turn
+    finishes within ``JXAI_DRAIN_SECONDS`` and is saved; both sockets get ``turn_end`` and
+    then close with 1001, and so does the third; the worker exits."""
     drain = 10.0
     (worker,) = cluster.start("a", JXAI_DRAIN_SECONDS=str(int(drain)))
     cookie = await sync_to_async(session_cookie)(user)
@@ -280,9 +367,11 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
     parts = words("d", 300)
     provider.add(text_script(parts, delay=0.01))  # about 3 s of answer after its start
 
-    async with WsClient(worker.port, cookie) as owner, WsClient(worker.port, cookie) as follower:
+    async with WsClient(worker.port, cookie) as owner, WsClient(worker.port, cookie) as follower, \
+            WsClient(worker.port, cookie) as bystander:
         tabs = [owner, follower]
         await subscribe(tabs, cid)
+        await subscribe([bystander], other)
         await owner.send(type="send", conversationId=cid, text="Keep going through the deploy.")
         turn_id = await streaming(tabs)
         loop = asyncio.get_running_loop()
@@ -290,7 +379,7 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
         stop_asked = loop.time()
         await asyncio.sleep(0.5)  # no frame tells that the worker took the signal in: give it that long
 
-        refusal = await send_answered(follower, other, "A new turn during the drain.", 5.0)
+        refusal = await send_answered(bystander, other, "A new turn during the drain.", 5.0)
         assert refusal["type"] == "error" and refusal["code"] == "service-unavailable", refusal
         assert refusal["problem"].get("retry_after"), refusal
         for tab in tabs:
@@ -298,6 +387,7 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
             assert loop.time() - stop_asked <= drain, "the turn outlived the drain"
             assert_whole_turn(tab, turn_id, "".join(parts))
             assert await tab.until_closed(timeout=drain + 5) == 1001
+        assert await bystander.until_closed(timeout=5) == 1001
     assert worker.wait_exit(drain) is not None, "the worker still runs after its drain"
 
     assert [(r, c, s) for r, c, s in await saved(cid)][-1] == ("assistant", "".join(parts), "complete")

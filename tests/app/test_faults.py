@@ -15,6 +15,10 @@ clients logged in by session cookie. One test per fault:
   ``turn_end`` then close 1001; a send during the drain is refused ``service-unavailable``;
 * 200 sends within a second at one worker: all complete, no event lost.
 
+Beside those: the database away for longer than ``JXAI_STORE_RETRY_SECONDS`` (the turn ends
+as an error on every tab, nothing stays half-written), and following across workers
+resuming by itself once Redis is back.
+
 The behaviour is the contract in ``docs/websocket.md`` and the settings
 ``JXAI_TURN_LEASE_SECONDS`` (default 6), ``JXAI_STORE_RETRY_SECONDS`` (default 120) and
 ``JXAI_DRAIN_SECONDS`` (default 30). :func:`test_a_turn_through_the_proxies` is the same
@@ -76,6 +80,14 @@ half_written = sync_to_async(_half_written)
 def words(prefix: str, count: int) -> list[str]:
     """An answer's deltas: ``["<prefix>0 ", "<prefix>1 ", …]``."""
     return [f"{prefix}{i} " for i in range(count)]
+
+
+def held_answer(parts: list[str], delay: float) -> tuple[Script, threading.Event]:
+    """A script streaming ``parts`` (``delay`` s apart) that holds its last part, the finish
+    chunk and ``[DONE]`` until the returned event is set: the turn's end, on the test's cue."""
+    gate = threading.Event()
+    stream = openai_text_stream(parts)  # role, one chunk per part, finish, [DONE]
+    return Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=delay), gate
 
 
 def ended(conversation_id: str) -> Callable[[Frame], bool]:
@@ -140,9 +152,8 @@ async def test_a_turn_through_the_proxies(user: Any, provider: FakeProvider, clu
     cookie = await sync_to_async(session_cookie)(user)
     cid = await new_conversation(user)
     parts = words("p", 30)
-    gate = threading.Event()
-    stream = openai_text_stream(parts)
-    provider.add(Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=0.002))
+    script, gate = held_answer(parts, 0.002)
+    provider.add(script)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         await subscribe([owner, follower], cid)
@@ -226,9 +237,8 @@ async def test_database_outage_at_the_end_of_a_turn_loses_nothing(user: Any, pro
     cid = await new_conversation(user)
     parts = words("w", 40)
     answer = "".join(parts)
-    gate = threading.Event()
-    stream = openai_text_stream(parts)  # role, one chunk per part, finish, [DONE]: hold the last three
-    provider.add(Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=0.005))
+    script, gate = held_answer(parts, 0.005)
+    provider.add(script)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         tabs = [owner, follower]
@@ -272,9 +282,8 @@ async def test_database_outage_past_the_retry_time_ends_the_turn_as_error(user: 
     cookie = await sync_to_async(session_cookie)(user)
     cid = await new_conversation(user)
     parts = words("g", 20)
-    gate = threading.Event()
-    stream = openai_text_stream(parts)
-    provider.add(Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=0.005))
+    script, gate = held_answer(parts, 0.005)
+    provider.add(script)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         tabs = [owner, follower]

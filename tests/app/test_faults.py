@@ -39,7 +39,7 @@ from channels.db import database_sync_to_async as sync_to_async
 from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages  # noqa: F401 (fixtures)
 from tests.app.turns_support import MODEL, text_script
 from tests.support.fake_provider import FakeProvider, Script, Write, openai_text_stream
-from tests.support.workers import Cluster, Frame, WsClient, kill_hard, make_users, session_cookie
+from tests.support.workers import Cluster, Frame, Worker, WsClient, kill_hard, make_users, session_cookie
 
 pytestmark = SCALEOUT_MARKS
 
@@ -82,12 +82,20 @@ def words(prefix: str, count: int) -> list[str]:
     return [f"{prefix}{i} " for i in range(count)]
 
 
-def held_answer(parts: list[str], delay: float) -> tuple[Script, threading.Event]:
-    """A script streaming ``parts`` (``delay`` s apart) that holds its last part, the finish
-    chunk and ``[DONE]`` until the returned event is set: the turn's end, on the test's cue."""
+def held_answer(provider: FakeProvider, parts: list[str], delay: float) -> threading.Event:
+    """Queue an answer streaming ``parts`` (``delay`` s apart) that holds its last part, the
+    finish chunk and ``[DONE]`` until the returned event is set: the turn's end on the test's cue."""
     gate = threading.Event()
     stream = openai_text_stream(parts)  # role, one chunk per part, finish, [DONE]
-    return Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=delay), gate
+    provider.add(Script(writes=[*stream[:-3], Write(b"".join(stream[-3:]), gate=gate)], delay=delay))
+    return gate
+
+
+async def prepared(cluster: Cluster, user: Any, *names: str, **env: str) -> tuple[list[Worker], str, str]:
+    """Start the workers ``names`` (``env`` added to theirs); return them, a session cookie
+    of ``user`` and a new conversation of ``user``'s."""
+    workers = cluster.start(*names, **env)
+    return workers, await sync_to_async(session_cookie)(user), await new_conversation(user)
 
 
 def ended(conversation_id: str) -> Callable[[Frame], bool]:
@@ -148,12 +156,9 @@ async def test_a_turn_through_the_proxies(user: Any, provider: FakeProvider, clu
     """Two workers with the database and Redis through the proxies, a final chunk held by a
     gate: the turn streams on both workers, ends, and is saved; an idle worker given
     SIGTERM closes its socket and exits. (What today's code already does.)"""
-    worker_a, worker_b = cluster.start("a", "b")
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker_a, worker_b), cookie, cid = await prepared(cluster, user, "a", "b")
     parts = words("p", 30)
-    script, gate = held_answer(parts, 0.002)
-    provider.add(script)
+    gate = held_answer(provider, parts, 0.002)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         await subscribe([owner, follower], cid)
@@ -192,9 +197,7 @@ async def test_killed_worker_turn_is_ended_for_followers_elsewhere(user: Any, pr
     """``kill -9`` of the worker running a turn: within 10 s the follower on the other worker
     gets an unasked ``snapshot`` (no turn, not streaming, the partial answer gone) and a
     ``conversation`` frame with the new status; a new send there is accepted within 10 s."""
-    worker_a, worker_b = cluster.start("a", "b")
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker_a, worker_b), cookie, cid = await prepared(cluster, user, "a", "b")
     provider.add(text_script(words("long", 3000), delay=0.01), text_script(words("after", 5)))
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
@@ -232,13 +235,10 @@ async def test_database_outage_at_the_end_of_a_turn_loses_nothing(user: Any, pro
     every tab (one per worker) gets one ``saving`` frame during the outage and no
     ``turn_end``; once the proxy is back the answer is saved whole and every tab gets the
     assistant ``message_saved``, ``turn_end`` (complete) and the conversation idle."""
-    worker_a, worker_b = cluster.start("a", "b")
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker_a, worker_b), cookie, cid = await prepared(cluster, user, "a", "b")
     parts = words("w", 40)
     answer = "".join(parts)
-    script, gate = held_answer(parts, 0.005)
-    provider.add(script)
+    gate = held_answer(provider, parts, 0.005)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         tabs = [owner, follower]
@@ -278,12 +278,10 @@ async def test_database_outage_past_the_retry_time_ends_the_turn_as_error(user: 
     the database is still away; once it is back, nothing half-written stays (no message left
     streaming, the conversation not streaming)."""
     retry = 3.0
-    worker_a, worker_b = cluster.start("a", "b", JXAI_STORE_RETRY_SECONDS=str(int(retry)))
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker_a, worker_b), cookie, cid = await prepared(cluster, user, "a", "b",
+                                                       JXAI_STORE_RETRY_SECONDS=str(int(retry)))
     parts = words("g", 20)
-    script, gate = held_answer(parts, 0.005)
-    provider.add(script)
+    gate = held_answer(provider, parts, 0.005)
 
     async with WsClient(worker_a.port, cookie) as owner, WsClient(worker_b.port, cookie) as follower:
         tabs = [owner, follower]
@@ -311,9 +309,7 @@ async def test_database_outage_past_the_retry_time_ends_the_turn_as_error(user: 
 async def test_new_websocket_works_while_redis_is_cut(user: Any, provider: FakeProvider, cluster: Cluster) -> None:
     """Redis proxy cut after the worker used it: a new websocket connects (no HTTP 500) and a
     send on it streams a whole turn of its own worker through ``turn_end``, and is saved."""
-    (worker,) = cluster.start("a")
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker,), cookie, cid = await prepared(cluster, user, "a")
     parts = words("r", 50)
     provider.add(text_script(parts, delay=0.002))
 
@@ -328,7 +324,8 @@ async def test_new_websocket_works_while_redis_is_cut(user: Any, provider: FakeP
             (turn_id,) = tab.items
             assert_whole_turn(tab, turn_id, "".join(parts))
 
-    assert [(r, c) for r, c, _ in await saved(cid)] == [("user", "Answer without Redis."), ("assistant", "".join(parts))]
+    assert [(r, c) for r, c, _ in await saved(cid)] == [("user", "Answer without Redis."),
+                                                        ("assistant", "".join(parts))]
 
 
 async def test_following_across_workers_resumes_after_redis_is_back(user: Any, provider: FakeProvider,
@@ -336,9 +333,7 @@ async def test_following_across_workers_resumes_after_redis_is_back(user: Any, p
     """Redis cut for 3 s under two workers with a follower on each: once it is back, a turn
     sent on worker A reaches the follower on worker B by itself (events or a resync
     snapshot) within 15 s: the answer saved, the conversation idle."""
-    worker_a, worker_b = cluster.start("a", "b")
-    cookie = await sync_to_async(session_cookie)(user)
-    cid = await new_conversation(user)
+    (worker_a, worker_b), cookie, cid = await prepared(cluster, user, "a", "b")
     parts = words("f", 30)
     answer = "".join(parts)
     provider.add(text_script(parts, delay=0.002))
@@ -370,9 +365,8 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
     finishes within ``JXAI_DRAIN_SECONDS`` and is saved; both sockets get ``turn_end`` and
     then close with 1001, and so does the third; the worker exits."""
     drain = 10.0
-    (worker,) = cluster.start("a", JXAI_DRAIN_SECONDS=str(int(drain)))
-    cookie = await sync_to_async(session_cookie)(user)
-    cid, other = await new_conversation(user), await new_conversation(user)
+    (worker,), cookie, cid = await prepared(cluster, user, "a", JXAI_DRAIN_SECONDS=str(int(drain)))
+    other = await new_conversation(user)
     parts = words("d", 300)
     provider.add(text_script(parts, delay=0.01))  # about 3 s of answer after its start
 

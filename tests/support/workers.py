@@ -239,9 +239,11 @@ class WsClient:
         """Open the socket; raises ``AssertionError`` when the handshake is refused (e.g. HTTP 500)."""
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus
+        from websockets.typing import Origin
 
         try:
-            self.ws = await connect(f"ws://127.0.0.1:{self.port}/ws/chat/", origin=f"http://127.0.0.1:{self.port}",
+            self.ws = await connect(f"ws://127.0.0.1:{self.port}/ws/chat/",
+                                    origin=Origin(f"http://127.0.0.1:{self.port}"),
                                     additional_headers={"Cookie": self.cookie}, proxy=None, max_size=None,
                                     compression=None, open_timeout=timeout)
         except InvalidStatus as refused:

@@ -91,13 +91,13 @@ class Worker:
         except subprocess.TimeoutExpired:
             return None
 
-    def stop(self) -> None:
-        """Terminate the process (kill it when it has not ended 15 s later)."""
+    def stop(self, grace: float = 15.0) -> None:
+        """Terminate the process (kill it when it has not ended ``grace`` s later)."""
         if self.process.poll() is None:
             self.process.terminate()
-            if self.wait_exit(15) is None:
-                self.process.kill()
-                self.process.wait(5)
+        if self.wait_exit(grace) is None:
+            self.process.kill()
+            self.process.wait(5)
 
 
 def redis_url_via(redis_url: str, port: int) -> str:
@@ -164,12 +164,14 @@ class Cluster:
         return "\n".join(f"--- daphne {w.name} ---\n{w.log()[-3000:]}" for w in self.workers)
 
     def stop(self) -> None:
-        """Stop every worker, then the proxies."""
+        """Stop every worker (SIGTERM to all, SIGKILL to those still running 10 s later: a
+        failed test may leave a turn that would drain or retry for long), then the proxies."""
         for worker in self.workers:
             if worker.process.poll() is None:
                 worker.process.terminate()
+        deadline = time.monotonic() + 10.0
         for worker in self.workers:
-            worker.stop()
+            worker.stop(grace=max(0.0, deadline - time.monotonic()))
         self.db_proxy.stop()
         self.redis_proxy.stop()
 

@@ -5,7 +5,9 @@ all talk to it over a real TCP socket. Each incoming request is recorded and ans
 :class:`Script`: a status, headers, and a list of writes (bytes, each with an optional delay
 before it), sent with chunked transfer encoding or a ``Content-Length``. A script can keep
 the response open after its body (``hold``), stop writing part-way and keep the connection
-open (``stall_after``), or drop the connection mid-body (``close_abruptly``).
+open (``stall_after``), or drop the connection mid-body (``close_abruptly``); a :class:`Write`
+with a ``gate`` (a ``threading.Event``) waits until the test sets it, e.g. to hold an answer's
+last chunk while the test plays a fault.
 
 Typical use::
 
@@ -20,7 +22,9 @@ Scripts are consumed one per request, in order (:meth:`FakeProvider.add`). For m
 conversations pass ``handler=`` instead: a callable ``handler(request) -> Script`` that sees
 every request (its :class:`Request` with path, headers and parsed JSON) and decides the
 answer, e.g. "round 1: a tool call; round 2: the answer". When neither a queued script nor
-a handler is available the server answers 500 with a plain-text explanation.
+a handler is available the server answers 500 with a plain-text explanation. Each
+:class:`Request` carries ``received_at`` (``time.monotonic()``), comparable with the clients'
+times in other processes of the machine.
 
 ``fake.closed_by_client`` (a :class:`threading.Event`) is set when the client closes the
 connection while the server still had a response open (held, stalled, or mid-write);

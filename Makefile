@@ -45,6 +45,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/normaliser.py
 	$(PY) bench/agent.py
 	$(PY) bench/e2e.py
+	$(PY) bench/burst.py
 
 ## llama.cpp's default build uses every instruction set of the machine it is built on. On x86-64
 ## machines that have AMX and AVX-512 (the CI machine, a Firecracker VM), that build's model server

@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from tests.support.net import free_port  # noqa: E402  (after the path is set)
+from tests.support.workers import wait_listening  # noqa: E402
 
 PROVIDER_PROGRAM = """
 import sys
@@ -72,12 +74,6 @@ fake.stop()
 
 def expected_text(deltas: int) -> str:
     return "".join(f"t{i} " for i in range(deltas))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_kib(pid: int) -> int:
@@ -115,25 +111,9 @@ def make_users(count: int, prefix: str) -> list[tuple[Any, str]]:
 
     Every socket of the bench is its own user, as in real use (a user's conversation-list
     notices go to all of that user's tabs)."""
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-    from django.contrib.auth.hashers import make_password
-    from django.contrib.sessions.backends.db import SessionStore
+    from tests.support.workers import make_users as logged_in_users
 
-    user_model = get_user_model()
-    password = make_password(None)  # unusable: these users log in by session only
-    run = os.urandom(4).hex()  # a reused DATABASE_URL keeps earlier runs' users
-    users = user_model.objects.bulk_create([user_model(username=f"bench-{run}-{prefix}-{i}", password=password)
-                                            for i in range(count)])
-    out = []
-    for user in users:
-        session = SessionStore()
-        session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        session.create()
-        out.append((user, f"{settings.SESSION_COOKIE_NAME}={session.session_key}"))
-    return out
+    return logged_in_users(count, f"bench-{prefix}")
 
 
 def new_conversations(owners: list[Any], model: str = "bench") -> list[str]:
@@ -143,17 +123,37 @@ def new_conversations(owners: list[Any], model: str = "bench") -> list[str]:
     return [str(c.pk) for c in made]
 
 
-def wait_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"daphne exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit("daphne did not start")
+def bench_models(provider_url: str) -> dict[str, Any]:
+    """The worker's model registry: ``bench`` (the provider answers at once) and ``paced``
+    (it paces its deltas), both at ``provider_url``."""
+    return {"providers": {"fake": {"kind": "openai", "base_url": provider_url, "api_key_env": None}},
+            "models": {"bench": {"provider": "fake", "model_id": "fast", "context_window": 1_000_000},
+                       "paced": {"provider": "fake", "model_id": "paced", "context_window": 1_000_000}}}
+
+
+def start_provider(program: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Run a fake provider ``program`` (Python source printing its URL first, stopping when
+    its stdin closes) in its own process; return the process and that URL."""
+    provider = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert provider.stdout is not None
+    return provider, provider.stdout.readline().decode().strip()
+
+
+def start_worker(database_url: str, models: dict[str, Any], env: dict[str, str] | None = None,
+                 launcher: tuple[str, ...] = ("-m", "daphne")) -> tuple[subprocess.Popen[bytes], int]:
+    """One daphne worker of this checkout in the production profile (DEBUG off: no query log
+    growing in memory), limits out of the way, on a free port; returns it and its port once
+    it listens. ``env`` adds to (or overrides) that environment."""
+    port = free_port()
+    full = dict(os.environ, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models), DJANGO_DEBUG="0",
+                DJANGO_LOG_LEVEL="WARNING", JXAI_TURNS_PER_MINUTE=str(10**9), JXAI_TOKENS_PER_DAY=str(10**15),
+                PYTHONPATH=str(ROOT))
+    full.update(env or {})
+    full.pop("JXAI_MODELS_FILE", None)
+    server = subprocess.Popen([sys.executable, *launcher, "-v", "0", "-b", "127.0.0.1", "-p", str(port),
+                               "project.asgi:application"], cwd=ROOT, env=full)
+    wait_listening(port, server)
+    return server, port
 
 
 # --------------------------------------------------------------------------- clients
@@ -177,6 +177,8 @@ class Stream:
 
     first: float = 0.0
     last: float = 0.0
+    sent: float = 0.0
+    """``time.monotonic()`` just before the ``send`` frame went out (one clock for every process)."""
     seqs: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     outcome: str | None = None
@@ -197,11 +199,12 @@ async def connect(port: int, cookie: str) -> Any:
                             ping_interval=None, open_timeout=60)
 
 
-async def ws_turn(ws: Any, conversation_id: str, deltas: int, timeout: float = 120.0) -> Stream:
-    """Send one message and read the turn to its end; times are from the send."""
-    result = Stream()
+async def ws_turn(ws: Any, conversation_id: str, deltas: int, timeout: float = 120.0,
+                  text: str = "Count.") -> Stream:
+    """Send ``text`` and read the turn to its end; times are from the send."""
+    result = Stream(sent=time.monotonic())
     started = time.perf_counter()
-    await ws.send(json.dumps({"type": "send", "conversationId": conversation_id, "text": "Count."}))
+    await ws.send(json.dumps({"type": "send", "conversationId": conversation_id, "text": text}))
     async with asyncio.timeout(timeout):
         while result.outcome is None:
             frame = json.loads(await ws.recv())
@@ -397,31 +400,19 @@ def main() -> int:
     database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{scratch / 'bench.sqlite3'}"
     program = PROVIDER_PROGRAM.format(root=str(ROOT), deltas=args.deltas, pace=args.pace_ms / 1000,
                                       keep_alive=args.keep_alive)
-    provider = subprocess.Popen([sys.executable, "-c", program],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    assert provider.stdout is not None
-    provider_url = provider.stdout.readline().decode().strip()
+    provider, provider_url = start_provider(program)
     server: subprocess.Popen[bytes] | None = None
     try:
         setup_django(database_url)
-        port = free_port()
-        models = {"providers": {"fake": {"kind": "openai", "base_url": provider_url, "api_key_env": None}},
-                  "models": {"bench": {"provider": "fake", "model_id": "fast", "context_window": 1_000_000},
-                             "paced": {"provider": "fake", "model_id": "paced", "context_window": 1_000_000}}}
-        # the production profile (DEBUG off: no query log growing in memory), limits out of the way
+        models = bench_models(provider_url)
         # the worker as `make run` and the README start it: glibc's allocator, so that free
         # memory can go back after a burst (jxai_app.ops.memory); --pymalloc to compare
-        worker_malloc = {} if args.pymalloc else {"PYTHONMALLOC": "malloc"}
-        env = dict(os.environ, **worker_malloc, DATABASE_URL=database_url, JXAI_MODELS_JSON=json.dumps(models),
-                   DJANGO_DEBUG="0", DJANGO_LOG_LEVEL="WARNING",
-                   JXAI_TURNS_PER_MINUTE=str(10**9), JXAI_TOKENS_PER_DAY=str(10**15))
-        env.pop("JXAI_MODELS_FILE", None)
-        launcher = [str(ROOT / "bench" / "worker_probe.py")] if args.probe else ["-m", "daphne"]
+        env = {} if args.pymalloc else {"PYTHONMALLOC": "malloc"}
+        launcher: tuple[str, ...] = ("-m", "daphne")
         if args.probe:
+            launcher = (str(ROOT / "bench" / "worker_probe.py"),)
             env["JXAI_PROBE_FILE"] = str(scratch / "probe.jsonl")
-        server = subprocess.Popen([sys.executable, *launcher, "-v", "0", "-b", "127.0.0.1", "-p", str(port),
-                                   "project.asgi:application"], cwd=ROOT, env=env)
-        wait_port(port, server)
+        server, port = start_worker(database_url, models, env, launcher)
         layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
         print(f"jxai e2e bench: daphne pid {server.pid} ({env.get('PYTHONMALLOC') or 'pymalloc'}), "
               f"database {database_url.split(':')[0]}, layer {layer}, "

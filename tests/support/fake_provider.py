@@ -5,7 +5,9 @@ all talk to it over a real TCP socket. Each incoming request is recorded and ans
 :class:`Script`: a status, headers, and a list of writes (bytes, each with an optional delay
 before it), sent with chunked transfer encoding or a ``Content-Length``. A script can keep
 the response open after its body (``hold``), stop writing part-way and keep the connection
-open (``stall_after``), or drop the connection mid-body (``close_abruptly``).
+open (``stall_after``), or drop the connection mid-body (``close_abruptly``); a :class:`Write`
+with a ``gate`` (a ``threading.Event``) waits until the test sets it, e.g. to hold an answer's
+last chunk while the test plays a fault.
 
 Typical use::
 
@@ -20,7 +22,9 @@ Scripts are consumed one per request, in order (:meth:`FakeProvider.add`). For m
 conversations pass ``handler=`` instead: a callable ``handler(request) -> Script`` that sees
 every request (its :class:`Request` with path, headers and parsed JSON) and decides the
 answer, e.g. "round 1: a tool call; round 2: the answer". When neither a queued script nor
-a handler is available the server answers 500 with a plain-text explanation.
+a handler is available the server answers 500 with a plain-text explanation. Each
+:class:`Request` carries ``received_at`` (``time.monotonic()``), comparable with the clients'
+times in other processes of the machine.
 
 ``fake.closed_by_client`` (a :class:`threading.Event`) is set when the client closes the
 connection while the server still had a response open (held, stalled, or mid-write);
@@ -59,10 +63,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Write:
-    """One write of the response body: wait ``delay`` seconds, then send ``data``."""
+    """One write of the response body: wait ``delay`` seconds, then (when ``gate`` is set)
+    until ``gate`` is set by the test, then send ``data``. A gate lets a test hold a chunk,
+    e.g. the last one of an answer, until it has played a fault."""
 
     data: bytes
     delay: float = 0.0
+    gate: threading.Event | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -114,9 +121,19 @@ class Request:
     body: bytes
     json: Any
     """The body parsed as JSON, or ``None`` when it is not JSON."""
+    received_at: float = 0.0
+    """``time.monotonic()`` when the request (head and body) had been read: one clock for
+    every process of the machine, so a benchmark can compare it with its clients' times."""
 
 
 Handler = Callable[[Request], Script]
+
+
+class _Server(ThreadingHTTPServer):
+    """socketserver listens with a backlog of 5: a burst of requests would see SYNs dropped
+    (and retried a second later); real providers take bursts."""
+
+    request_queue_size = 1024
 
 
 class FakeProvider:
@@ -135,7 +152,7 @@ class FakeProvider:
         self._queue: deque[Script] = deque(scripts)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-provider", daemon=True)
@@ -205,7 +222,7 @@ class FakeProvider:
                 except ValueError:
                     parsed = None
                 request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                                  raw, parsed)
+                                  raw, parsed, time.monotonic())
                 with outer._lock:
                     outer.requests.append(request)
                 outer.request_received.set()
@@ -245,6 +262,8 @@ class FakeProvider:
         for write in writes[:limit]:
             if write.delay and self._sleep(write.delay, sock):
                 return
+            if write.gate is not None and self._wait_gate(write.gate, sock):
+                return
             if not write.data:
                 continue
             h.wfile.write(b"%x\r\n%s\r\n" % (len(write.data), write.data) if script.chunked else write.data)
@@ -277,6 +296,13 @@ class FakeProvider:
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             if self._stop.is_set() or self._client_gone(sock, min(left, 0.02)):
+                return True
+        return False
+
+    def _wait_gate(self, gate: threading.Event, sock: socket.socket) -> bool:
+        """Wait until ``gate`` is set, watching for a client close or server stop; True means give up."""
+        while not gate.is_set():
+            if self._stop.is_set() or self._client_gone(sock, 0.02):
                 return True
         return False
 

@@ -151,6 +151,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=UNAUTHENTICATED_CLOSE_CODE)
             return
         self.user = user
+        self._gone = asyncio.Event()
         self.hub = self.get_hub()
         await self.hub.ensure_started()
         self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain)
@@ -186,6 +187,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         """The socket closed: release the session (a running turn goes on unless
         ``JXAI_CANCEL_ON_DISCONNECT``)."""
+        self._gone.set()
         await self._release()
 
     async def _release(self) -> None:
@@ -202,8 +204,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json(frame)
 
     async def _close_for_drain(self, code: int) -> None:
-        await self._release()
+        """Close with ``code`` and wait (up to 2 s) for the client's answer, so the close
+        handshake ends before the worker stops (else the client sees 1006)."""
         await self.close(code=code)
+        try:
+            await asyncio.wait_for(self._gone.wait(), 2.0)
+        except asyncio.TimeoutError:
+            logger.info("websocket: no close answer within 2 s")
 
     # ------------------------------------------------------------------ client → server
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

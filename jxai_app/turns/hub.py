@@ -11,7 +11,7 @@ One :class:`TurnHub` per worker process (per event loop: :func:`get_hub`). It ho
   died and tells their tabs;
 - the **drain** on SIGTERM under daphne: new turns are refused (``service-unavailable``),
   running turns get up to ``JXAI_DRAIN_SECONDS`` to finish, the rest are stopped, then every
-  socket of the worker closes with code 1001, after its ``turn_end``.
+  socket of the worker closes with code 4001 (going away), after its ``turn_end``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,11 @@ __all__ = ["TurnHub", "TurnState", "get_hub"]
 
 logger = logging.getLogger("jxai_app.turns")
 
-CLOSE_GOING_AWAY = 1001
-"""WebSocket close code of a worker that is shutting down (RFC 6455 §7.4.1)."""
+CLOSE_GOING_AWAY = 4001
+"""WebSocket close code of a worker that is shutting down: reconnect (another worker answers).
+RFC 6455's own code for this is 1001, but daphne's websocket library lets an application
+close only with 1000 or 3000–4999 (autobahn's ``sendClose``), so jxai uses its 4000s range,
+as it does for 4401 (docs/websocket.md)."""
 
 
 class TurnState:
@@ -207,7 +210,7 @@ class TurnHub:
     async def drain(self, timeout: float) -> None:
         """Stop taking turns, let running ones finish for up to ``timeout`` seconds, stop the
         rest (each ends ``cancelled``, its partial message dropped), then close every socket
-        with 1001 once its ``turn_end`` went out."""
+        with :data:`CLOSE_GOING_AWAY` once its ``turn_end`` went out."""
         self.draining = True
         logger.info("draining: %d turn(s) running; new turns are refused", len(self._runners))
         if not await self.wait_idle(timeout):
@@ -215,9 +218,16 @@ class TurnHub:
                 runner.cancel()
             await self.wait_idle(10.0)
         await self.delivery.flush()
-        for socket, close in list(self._closers.items()):
+
+        async def close(socket: Any, closer: Any) -> None:
             await socket.flushed()
-            await close(CLOSE_GOING_AWAY)
+            await closer(CLOSE_GOING_AWAY)
+
+        closing = list(self._closers.items())
+        for failure in await asyncio.gather(*(close(s, c) for s, c in closing), return_exceptions=True):
+            if isinstance(failure, Exception):
+                logger.error("draining: a socket did not close cleanly", exc_info=failure)
+        logger.info("drained: %d socket(s) closed", len(closing))
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every running turn, wait for them up to ``timeout`` seconds, then cancel the

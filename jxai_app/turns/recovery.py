@@ -61,12 +61,15 @@ def _recover_and_describe(lease: float, skip: set[Any]) -> list[tuple[Any, dict[
 
 
 def publish_recovered(delivery: LocalDelivery, owner_id: Any, frame: dict[str, Any]) -> None:
-    """Tell every tab of a recovered conversation: the ``snapshot`` to its followers, the
-    ``conversation`` to the owner's other sockets."""
+    """Tell every tab of a recovered conversation, as a turn's end does: the ``snapshot`` and
+    then the ``conversation`` (its new status) to its followers, the ``conversation`` to the
+    owner's other sockets."""
     cid = parse_id(frame["conversationId"])
     assert cid is not None
+    notice = {"type": "conversation", "conversation": frame["conversation"]}
     delivery.publish(cid, frame)
-    delivery.publish_user(owner_id, cid, {"type": "conversation", "conversation": frame["conversation"]})
+    delivery.publish(cid, notice)
+    delivery.publish_user(owner_id, cid, notice)
 
 
 class LeaseWatch:

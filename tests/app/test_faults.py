@@ -12,7 +12,7 @@ clients logged in by session cookie. One test per fault:
   saved whole and every tab told (``message_saved``, ``turn_end``);
 * Redis unreachable: a new websocket connects and streams its own worker's turn;
 * SIGTERM mid-turn: the turn finishes within the drain time and is saved, both sockets get
-  ``turn_end`` then close 1001; a send during the drain is refused ``service-unavailable``;
+  ``turn_end`` then close with 4001 (going away); a send during the drain is refused ``service-unavailable``;
 * 200 sends within a second at one worker: all complete, no event lost.
 
 Beside those: the database away for longer than ``JXAI_STORE_RETRY_SECONDS`` (the turn ends
@@ -35,6 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.db import database_sync_to_async as sync_to_async
+
+from jxai_app.turns.hub import CLOSE_GOING_AWAY
 
 from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages  # noqa: F401 (fixtures)
 from tests.app.turns_support import MODEL, text_script
@@ -363,7 +365,8 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
     the drain (from a third socket, into another conversation, so that nothing but the drain
     can refuse it) is refused (``service-unavailable`` with ``retry_after``); the turn
     finishes within ``JXAI_DRAIN_SECONDS`` and is saved; both sockets get ``turn_end`` and
-    then close with 1001, and so does the third; the worker exits."""
+    then close with :data:`~jxai_app.turns.hub.CLOSE_GOING_AWAY` (daphne lets an application
+    send no 1001), and so does the third; the worker exits."""
     drain = 10.0
     (worker,), cookie, cid = await prepared(cluster, user, "a", JXAI_DRAIN_SECONDS=str(int(drain)))
     other = await new_conversation(user)
@@ -389,8 +392,8 @@ async def test_sigterm_drains_the_running_turn(user: Any, provider: FakeProvider
             await tab.wait_for(turn_ended(turn_id), drain + 5, what="turn_end during the drain")
             assert loop.time() - stop_asked <= drain, "the turn outlived the drain"
             assert_whole_turn(tab, turn_id, "".join(parts))
-            assert await tab.until_closed(timeout=drain + 5) == 1001
-        assert await bystander.until_closed(timeout=5) == 1001
+            assert await tab.until_closed(timeout=drain + 5) == CLOSE_GOING_AWAY
+        assert await bystander.until_closed(timeout=5) == CLOSE_GOING_AWAY
     assert worker.wait_exit(drain) is not None, "the worker still runs after its drain"
 
     assert [(r, c, s) for r, c, s in await saved(cid)][-1] == ("assistant", "".join(parts), "complete")

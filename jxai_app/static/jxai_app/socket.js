@@ -4,11 +4,11 @@
 // gaps). seq <= lastSeq is ignored; seq > lastSeq + 1 is a gap, so the tab asks for a
 // `resync` and holds later events until the `replay` fills the hole. The connection
 // reconnects with backoff and tells the page (onOpen) so it can re-subscribe; a server that
-// shuts down (close code 1001) is left at once for another one.
+// shuts down (close code 4001) is left at once for another one.
 
 const RESYNC_RETRY_MS = 2000;
 const UNAUTHENTICATED = 4401;
-const GOING_AWAY = 1001;
+const GOING_AWAY = 4001;  // the server drains for a deploy (docs/websocket.md)
 
 /**
  * A websocket that reconnects. Frames are JSON objects.
@@ -52,7 +52,7 @@ export class Connection {
       this.onState("closed", this.failures);
       // 4401: the server saw no logged-in user (logged out, session expired).
       if ((event.code === UNAUTHENTICATED || this.failures >= 3) && this.onGiveUp) this.onGiveUp(this.failures);
-      // 1001: the server is shutting down after finishing its turns; another one answers now.
+      // 4001: the server is shutting down after finishing its turns; another one answers now.
       const delay = event.code === GOING_AWAY && this.failures === 1 ? 0
         : Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
       this.timer = setTimeout(() => this.connect(), delay);

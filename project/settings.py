@@ -108,10 +108,13 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------
 _SQLITE_DEFAULT = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-# Persistent connections (checked before reuse) save a reconnect per query on PostgreSQL.
+# Persistent connections save a reconnect per query on PostgreSQL. No health check before each
+# reuse (a `SELECT 1` round trip per database call): a connection a database restart broke fails
+# its next query once, which the turn's writes retry and a request answers `service-unavailable`
+# for, and Django replaces it (docs/turns.md).
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=60, conn_health_checks=True
+        os.environ.get("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=60, conn_health_checks=False
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -149,12 +149,12 @@ def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
     Checked before the provider is contacted: first the daily token quota, then the turns
-    per minute (a turn refused for quota takes no slot). The user's row is locked first
+    per minute (a turn refused for quota takes no slot). The allowance and today's ledger row
+    are read; then, when turns per minute are limited, the user's row is locked
     (``select_for_update(no_key=True)`` on PostgreSQL: rows that merely reference the user are
     not blocked; on SQLite the ``IMMEDIATE`` transaction holds the write lock), which
-    serialises one user's admissions across processes; then the allowance, today's ledger
-    row and the window's admissions are read, rows that left the window deleted and the
-    admission added. Runs in the caller's transaction when there is one (the send's: a
+    serialises one user's admissions across processes, rows that left the window are deleted,
+    the window's admissions counted and the admission added. Runs in the caller's transaction when there is one (the send's: a
     later refusal or conflict rolls the admission back too), else in one of its own.
 
     Raises:
@@ -167,8 +167,7 @@ def check_turn_allowed(user: Any) -> None:
     from jxai_app.models import TurnAdmission
 
     at = now()
-    with transaction.atomic():
-        get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
+    with transaction.atomic(savepoint=False):  # a refusal rolls back the caller's transaction too
         allowance = allowance_for(user)
         used = ledger.tokens_on(user.pk, _today(at))
         if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
@@ -179,6 +178,7 @@ def check_turn_allowed(user: Any) -> None:
                                 retry_after=retry)
         if allowance.turns_per_minute <= 0:
             return
+        get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
         window = TurnAdmission.objects.filter(user_id=user.pk)
         window.filter(at__lte=at - WINDOW).delete()
         if window.count() >= allowance.turns_per_minute:

@@ -15,7 +15,6 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     message_send(*, user, conversation_id | None, text, model=None, admit=True, lease=6.0) -> TurnStart
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
-    tool_result_attach(*, user, conversation_id, call_id, content, success=None) -> Message
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
@@ -39,7 +38,7 @@ from jxai_app.store.conversation import (
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import Recovered, lease_lapsed, turn_abandon, turns_recover
 from jxai_app.store.search import conversation_search
-from jxai_app.store.turn import TurnStart, message_retry, message_send, tool_result_attach, turn_cancel
+from jxai_app.store.turn import TurnStart, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
     context_warning,
@@ -55,5 +54,5 @@ __all__ = [
     "conversation_create", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed",
     "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "to_messages",
-    "tool_result_attach", "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
+    "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

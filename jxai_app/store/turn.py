@@ -30,6 +30,7 @@ from jxai_app.models import (
     ToolCall,
 )
 from jxai_app.policy import ratelimit
+from jxai_app.store.conversation import conversation_create
 from jxai_app.store.common import LEASE_SECONDS, get_owned, invalid, next_position, title_from
 from jxai_app.store.recovery import lease_lapsed, turn_abandon
 from jxai_app.store.wire import messages_to_wire, with_tool_calls
@@ -103,9 +104,7 @@ def message_send(
     with transaction.atomic():
         created = conversation_id is None
         if created:
-            if user is None or not getattr(user, "is_authenticated", False):
-                raise invalid("A conversation needs a logged-in owner.")
-            conversation = Conversation.objects.create(owner=user, model=model or "")
+            conversation = conversation_create(user=user, model=model or "")
         else:
             conversation = get_owned(user, conversation_id, for_update=True)
         claimable = ~Q(status=ConversationStatus.STREAMING)
@@ -199,7 +198,7 @@ def _result_of(content: str) -> tuple[Any, bool]:
 def tool_result_insert(
     *, conversation_id: uuid.UUID, call_id: str, content: str, success: bool | None, now: datetime
 ) -> Message:
-    """Save a tool reply (core of the two attach services; two writes, call it in a transaction).
+    """Save a tool reply (two writes; call it in a transaction, as ``TurnRecorder.attach_tool_result`` does).
 
     The call it answers is the one with ``call_id`` on the nearest preceding assistant
     message of the current turn (CS-12, CS-13: a reused id attaches to the later request;
@@ -233,29 +232,3 @@ def tool_result_insert(
         result=result, success=derived if success is None else success, finished_at=now
     )
     return reply
-
-
-@transaction.atomic
-def tool_result_attach(
-    *, user: Any, conversation_id: uuid.UUID | str, call_id: str, content: str, success: bool | None = None
-) -> Message:
-    """Attach a tool's result to its call and append the ``tool`` reply (CS-10, CS-12, CS-16),
-    whatever the conversation's status (for results that arrive after a turn ended, e.g. an
-    answered question). Inside a turn use ``TurnRecorder.attach_tool_result``.
-
-    Args:
-        user: the requesting user.
-        conversation_id: the conversation.
-        call_id: the id of the call answered.
-        content: the reply text the model will read (usually ``{"success": …}`` JSON).
-        success: overrides the success derived from ``content`` (MC-6).
-
-    Returns:
-        The saved ``tool`` message.
-
-    Raises:
-        ProblemError: ``not-found``; ``invalid-request`` (see :func:`tool_result_insert`).
-    """
-    conversation = get_owned(user, conversation_id, for_update=True)
-    return tool_result_insert(conversation_id=conversation.pk, call_id=call_id, content=content,
-                              success=success, now=timezone.now())

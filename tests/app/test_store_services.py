@@ -10,7 +10,6 @@ import pytest
 from jxai_app import store
 from jxai_app.core.errors import ProblemError
 from jxai_app.models import ApiToken, Conversation, ConversationStatus, Message, MessageStatus, ToolCall
-from jxai_app.core.streaming.events import DeltaEvent, DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent
 from tests.app.conftest import FakeClock, count_writes
 from tests.app.store_support import TurnFeed
 
@@ -44,8 +43,6 @@ def _services(user: Any, cid: Any) -> dict[str, Any]:
         "message_send": lambda: store.message_send(user=user, conversation_id=cid, text="hi"),
         "turn_cancel": lambda: store.turn_cancel(user=user, conversation_id=cid),
         "message_retry": lambda: store.message_retry(user=user, conversation_id=cid),
-        "tool_result_attach": lambda: store.tool_result_attach(
-            user=user, conversation_id=cid, call_id="call_1", content="{}"),
     }
 
 
@@ -175,23 +172,6 @@ def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: Fake
     second = TurnFeed(turn)
     with pytest.raises(ProblemError):
         second.attach_tool_result(call_id="call_0", content="{}")
-    with pytest.raises(ProblemError):
-        store.tool_result_attach(user=user, conversation_id=conversation.pk, call_id="call_0", content="{}")
-
-
-def test_tool_result_after_the_turn_ended_attaches_to_the_nearest_request(user: Any, clock: FakeClock) -> None:
-    """CS-12, CS-16: a late result (e.g. an answered question) still finds its call."""
-    conversation, recorder = _start(user, clock, "Ask me something")
-    recorder.tool_call_start("call_ask", "ask_user")
-    recorder.tool_call_delta("call_ask", '{"question":"Which city?"}')
-    assert recorder.finish_round(stop_reason="tool_calls", last=True)
-    reply = store.tool_result_attach(user=user, conversation_id=conversation.pk, call_id="call_ask",
-                                     content='{"answer":"Oslo"}')
-    assert reply.role == "tool" and reply.position == 2
-    call = ToolCall.objects.get(call_id="call_ask")
-    assert call.result == {"answer": "Oslo"} and call.success is True and call.finished_at is not None
-    assert store.to_messages(conversation)[-1] == {"role": "tool", "tool_call_id": "call_ask",
-                                                    "content": '{"answer":"Oslo"}'}
 
 
 @pytest.mark.parametrize(("content", "success"), [

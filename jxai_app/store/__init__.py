@@ -7,6 +7,7 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
 
     conversation_create(*, user, model, title="", system_prompt=None) -> Conversation
     conversation_get(*, user, conversation_id) -> Conversation
+    conversation_by_id(id), message_by_id(id), database_ping()      (no ownership: runner, watch)
     conversation_list(*, user) -> QuerySet[Conversation]                          (recent first)
     message_list(*, user, conversation_id) -> (Conversation, [Message])
     conversation_page(*, user, before=None, size) -> (list[Conversation], next cursor | None)
@@ -30,9 +31,12 @@ from jxai_app.store.conversation import (
     conversation_create,
     conversation_delete,
     conversation_get,
+    conversation_by_id,
     conversation_list,
     conversation_page,
     conversation_rename,
+    database_ping,
+    message_by_id,
     message_list,
 )
 from jxai_app.store.recorder import TurnRecorder
@@ -51,8 +55,8 @@ from jxai_app.store.wire import conversations_export, messages_to_wire, to_messa
 
 __all__ = [
     "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
-    "conversation_create", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
+    "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed",
-    "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "to_messages",
+    "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "to_messages",
     "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

@@ -144,3 +144,24 @@ def conversation_delete(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.
     conversation.delete()
     return running
 
+
+
+def conversation_by_id(conversation_id: uuid.UUID) -> Conversation | None:
+    """The conversation with this id, or ``None``, for code acting for its owner already (a
+    turn's runner, the lease watch): no ownership check here."""
+    return Conversation.objects.filter(pk=conversation_id).first()
+
+
+def message_by_id(message_id: int) -> Message | None:
+    """The message with this id with its calls (in call order), or ``None``; no ownership
+    check (see :func:`conversation_by_id`)."""
+    return with_tool_calls(Message.objects.filter(pk=message_id)).first()
+
+
+def database_ping() -> None:
+    """One cheap query: returns when the database answers.
+
+    Raises:
+        django.db.DatabaseError: it does not.
+    """
+    Conversation.objects.exists()

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from django.db import InterfaceError, OperationalError
 
 from jxai_app import conf, store
-from jxai_app.models import Conversation
 from jxai_app.store.common import parse_id
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dicts
@@ -41,7 +40,7 @@ WATCH_INTERVAL_SECONDS = 1.0
 def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
     """A ``snapshot`` frame of a conversation with no running turn (sync; reads the database),
     or ``None`` when it is gone. Ownership is the caller's to check."""
-    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    conversation = store.conversation_by_id(conversation_id)
     if conversation is None:
         return None
     _, messages = store.message_list(user=conversation.owner, conversation_id=conversation.pk)
@@ -92,7 +91,7 @@ class LeaseWatch:
             lease = conf.get_turn_timing().lease
             try:
                 if answering_since is None:
-                    await db_thread_call(Conversation.objects.exists)()
+                    await db_thread_call(store.database_ping)()
                     answering_since = loop.time()
                 if loop.time() - answering_since < lease:
                     continue

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from jxai_app import conf
+from jxai_app import conf, store
 from jxai_app.core.agent import (
     AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
 )
@@ -49,11 +49,9 @@ from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent,
 )
 from jxai_app.core.tools import ToolContext
-from jxai_app.models import Conversation, Message
 from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
-from jxai_app.store.wire import with_tool_calls
 from jxai_app.turns.replay import ReplayLog
 
 if TYPE_CHECKING:
@@ -72,12 +70,12 @@ class StoreUnavailable(Exception):
 
 
 def _read_message(pk: int) -> dict[str, Any] | None:
-    message = with_tool_calls(Message.objects.filter(pk=pk)).first()
+    message = store.message_by_id(pk)
     return None if message is None else message_dict(message)
 
 
 def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
-    conversation = Conversation.objects.filter(pk=pk).first()
+    conversation = store.conversation_by_id(pk)
     return None if conversation is None else conversation_dict(conversation)
 
 

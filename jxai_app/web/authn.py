@@ -1,4 +1,4 @@
-"""Who is calling the HTTP API: a jxai API token or a logged-in session (SPEC §7).
+"""Who is calling the HTTP API: a jxai API token or a logged-in session (docs/api.md "Authentication").
 
 - ``X-Api-Key: <token>`` (what the original package's proxy client sends) or
   ``Authorization: Bearer <token>``; when both are present ``X-Api-Key`` wins (reference §3).

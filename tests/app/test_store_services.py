@@ -167,7 +167,7 @@ def test_tool_result_for_an_unknown_call_id_is_refused_and_writes_nothing(user: 
 
 
 def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: FakeClock) -> None:
-    """CS-15: a call id of an earlier turn is not answerable from a later turn."""
+    """A call id of an earlier turn is not answerable from a later turn (docs/store.md "Tool results")."""
     conversation, recorder = _start(user, clock, "turn one")
     recorder.tool_call_start("call_0", "add")
     assert recorder.finish_round(stop_reason="tool_calls", last=True)
@@ -180,7 +180,7 @@ def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: Fake
 
 
 def test_tool_result_after_the_turn_ended_attaches_to_the_nearest_request(user: Any, clock: FakeClock) -> None:
-    """CS-12, CS-16: a late result (e.g. an answered question) still finds its call."""
+    """A late result (e.g. an answered question) still finds its call (docs/store.md "Tool results")."""
     conversation, recorder = _start(user, clock, "Ask me something")
     recorder.tool_call_start("call_ask", "ask_user")
     recorder.tool_call_delta("call_ask", '{"question":"Which city?"}')

@@ -81,7 +81,8 @@ def context_tokens(usage: Mapping[str, Any], *, reasoning_replayed: bool) -> int
 
     Reasoning counts as replayed (not subtracted) only when the message keeps reasoning text
     *and* has text or calls, i.e. when :func:`~jxai_app.store.wire.to_messages` sends it
-    (docs/store.md "Usage and context tokens": 120+30−8 = 142; reasoning with answer 100+40 = 140; reasoning-only 100+40−40 = 100).
+    (docs/store.md "Usage and context tokens": 120+30−8 = 142; reasoning with answer
+    100+40 = 140; reasoning-only 100+40−40 = 100).
     """
     total = int(usage.get("inputTokens", 0)) + int(usage.get("outputTokens", 0))
     if not reasoning_replayed:
@@ -103,7 +104,7 @@ def estimate_tokens(value: Any) -> int:
 def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_chars: int,
                 input_estimate: int) -> tuple[dict[str, Any] | None, bool]:
     """The one rule for a model round's usage, saved on its message and added to the user's
-    ledger alike (docs/store.md "Usage"):
+    ledger alike (docs/store.md "Usage and context tokens"):
 
     - the provider's usage when it sent a valid one (:func:`usage_from`);
     - otherwise, when the round produced something, an estimate marked ``estimated``:

@@ -1,4 +1,4 @@
-"""End-to-end websocket benchmark (issue 4 acceptance): a real daphne worker, a real
+"""End-to-end websocket benchmark: a real daphne worker, a real
 websocket client, a fake provider on 127.0.0.1 streaming 500 deltas per answer.
 
 Measures, in one run:

@@ -1,5 +1,6 @@
 """Django admin: conversations for staff review, API tokens, tool policies, user limits,
-per-user usage, and the registered-tools page (SPEC §7 "Admin", issues 6 and 7).
+per-user usage, and the registered-tools page (docs/architecture.md "Admin"; who sees what:
+docs/security.md, threats 1b, 2, 7a, 7b).
 
 Message content (the messages and calls inline, the transcript page, the export action,
 search over message text, and titles, which are made from the first user message) needs

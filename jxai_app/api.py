@@ -1,9 +1,9 @@
-"""The HTTP API: ``POST /ai/chat`` (SSE), ``GET /ai/models``, ``/problems/<slug>`` (SPEC §3, §7).
+"""The HTTP API: ``POST /ai/chat`` (SSE), ``GET /ai/models``, ``/problems/<slug>`` (docs/api.md).
 
 Thin: the rules live in :mod:`jxai_app.core.gateway` (pipeline), :mod:`jxai_app.web.authn` (tokens,
 session, CSRF), :mod:`jxai_app.policy.ratelimit` (limits) and :mod:`jxai_app.core.ssrf` (caller URLs).
 Refusals before the stream are ``application/problem+json`` at the problem's status with the
-PB-3 body (``…problem, error: <detail>``) and, for 429, a ``Retry-After`` header.
+body of docs/api.md "Problem documents" (``…problem, error: <detail>``) and, for 429, a ``Retry-After`` header.
 
 Injection points for tests (module attributes, read per request): :data:`resolver` (DNS for
 caller-supplied provider URLs) and :data:`address_blocked` (the address policy).
@@ -44,7 +44,7 @@ address_blocked: Callable[[ssrf.IPAddress], bool] = ssrf.is_blocked_address
 
 def problem_response(doc: Mapping[str, Any], *, code: str | None = None,
                      headers: Mapping[str, str] | None = None) -> HttpResponse:
-    """An ``application/problem+json`` refusal at the problem's status (PB-2 … PB-4).
+    """An ``application/problem+json`` refusal at the problem's status (docs/api.md "Problem documents").
 
     A ``retry_after`` member (seconds) also becomes the ``Retry-After`` header.
     """
@@ -89,7 +89,7 @@ async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gatew
 
 @csrf_exempt  # CSRF is enforced by authn for session-authenticated requests only
 async def chat(request: HttpRequest) -> HttpResponse:
-    """``POST /ai/chat``: the normalised event stream for the caller's history (SPEC §7).
+    """``POST /ai/chat``: the normalised event stream for the caller's history (docs/api.md "`POST /ai/chat`").
 
     Answers ``200 text/event-stream`` with ``data: <event JSON>\\n\\n`` frames, or a problem
     (see :mod:`jxai_app.core.gateway` for the order of the checks).
@@ -118,7 +118,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
 
 
 async def models(request: HttpRequest) -> HttpResponse:
-    """``GET /ai/models``: the configured models, always 200 JSON (MD-1; SPEC §7).
+    """``GET /ai/models``: the configured models, always 200 JSON (docs/api.md "`GET /ai/models`").
 
     Body ``{"configured": true, "default": "<alias>", "models": [{"alias", "label",
     "context_window", "supports_tools", "default"}, …]}``; no keys, URLs or provider ids.
@@ -139,7 +139,7 @@ async def models(request: HttpRequest) -> HttpResponse:
 
 
 def problem_page(request: HttpRequest, slug: str) -> HttpResponse:
-    """``/problems/<slug>``: the page a problem's ``type`` URI names (SPEC §3); 404 when unknown."""
+    """``/problems/<slug>``: the page a problem's ``type`` URI names (docs/api.md "`/problems/<slug>`"); 404 when unknown."""
     kind = PROBLEM_TYPES.get(slug)
     if kind is None:
         raise Http404("No such problem type.")

@@ -1,11 +1,11 @@
-"""The one place that reads jxai's settings and builds the core's objects (STYLE.md).
+"""The one place that reads jxai's settings and builds the core's objects (docs/architecture.md "Settings").
 
 Settings (``project/settings.py``, from the environment) are injected into the framework-free
 core as constructor arguments: seconds for timeouts, counts for budgets, URLs and key
 *names* for providers. Provider keys are read from the environment at client build time and
 never stored in settings, logs or pages.
 
-Model registry sources, first match wins (SPEC §7 "Models and providers"):
+Model registry sources, first match wins (docs/architecture.md "Settings"; the variables: README "Configuration"):
 
 1. ``JXAI_MODELS_JSON``: the registry dict as JSON text (see :mod:`jxai_app.core.providers`);
 2. ``JXAI_MODELS_FILE``: a path to a JSON file holding that dict;
@@ -142,7 +142,7 @@ def build_client(alias: str | None, *, transport: Any = None) -> Any:
 
 
 def get_agent_policy() -> AgentPolicy:
-    """Budgets of one turn (SPEC §5): ``JXAI_MAX_TOOL_ROUNDS``, ``JXAI_MAX_ROUNDS``,
+    """Budgets of one turn (docs/agent.md "Budgets"): ``JXAI_MAX_TOOL_ROUNDS``, ``JXAI_MAX_ROUNDS``,
     ``JXAI_TOOL_CONCURRENCY``."""
     return AgentPolicy(
         max_tool_rounds=settings.JXAI_MAX_TOOL_ROUNDS,
@@ -207,7 +207,7 @@ def get_tool_registry() -> ToolRegistry:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Input limits and per-user allowances (issue 6). Sizes in bytes or characters."""
+    """Input limits and per-user allowances (docs/security.md, threats 3 and 4). Sizes in bytes or characters."""
 
     max_message_chars: int
     max_body_bytes: int

@@ -9,7 +9,7 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
   ``Origin`` is refused at the handshake by ``AllowedHostsOriginValidator`` (``project/asgi.py``).
 - An open socket re-checks its login every ``JXAI_WS_SESSION_CHECK_SECONDS`` (default 30):
   when the session was logged out or flushed, or the user was deactivated or deleted, it
-  closes with **4401** (issue 6 item 8).
+  closes with **4401** (docs/security.md, threat 10).
 - Every malformed frame — not JSON, not an object, binary, over
   ``JXAI_WS_MAX_FRAME_BYTES``, unknown ``type``, a member of the wrong type, text over
   ``JXAI_MAX_MESSAGE_CHARS`` — gets an ``error`` frame with a problem (``invalid-request``

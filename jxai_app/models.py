@@ -1,15 +1,16 @@
-"""Database models: saved conversations (SPEC §6) and the records later issues need.
+"""Database models: saved conversations (docs/store.md "Rows") and the per-user records
+around them (API tokens, tool policies, limits, usage).
 
 ::
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
-    ApiToken        hashed jxai API tokens (SPEC §7, SSE endpoint)
-    ToolPolicy      per-tool gate edited in admin (issue 6; rules in jxai_app.policy.toolpolicy)
-    UserLimits      per-user overrides of the rate limits and quotas (issue 6)
-    UsageLedger     tokens and provider requests per user and UTC day (issue 6; jxai_app.policy.usage)
-    TurnAdmission   turns admitted in the last minute, per user (issue 6; jxai_app.policy.ratelimit)
+    ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
+    ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
+    UserLimits      per-user overrides of the rate limits and quotas
+    UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
+    TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
 
-The chat store's rules (CS-1 … CS-32) live in :mod:`jxai_app.store`, never here: these
+The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
 """
 
@@ -34,7 +35,7 @@ class ConversationStatus(models.TextChoices):
 
 
 class MessageRole(models.TextChoices):
-    """The OpenAI wire roles a saved message can have (CS-28, CS-29)."""
+    """The OpenAI wire roles a saved message can have (docs/store.md "Rows")."""
 
     SYSTEM = "system", "system"
     USER = "user", "user"
@@ -43,7 +44,7 @@ class MessageRole(models.TextChoices):
 
 
 class MessageStatus(models.TextChoices):
-    """``streaming`` only for the in-flight assistant placeholder (CS-2, CS-30)."""
+    """``streaming`` only for the in-flight assistant placeholder (docs/store.md "The placeholder")."""
 
     STREAMING = "streaming", "streaming"
     COMPLETE = "complete", "complete"
@@ -57,24 +58,25 @@ class Conversation(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_conversations"
     )
-    """The user who owns it; nobody else can read or write it (SPEC §7, issue 6)."""
+    """The user who owns it; nobody else can read or write it (docs/store.md "Ownership")."""
     title = models.CharField(max_length=200, blank=True, default="")
     """Shown in the conversation list; set from the first user message when empty."""
     model = models.CharField(max_length=100, blank=True, default="")
-    """Model alias (a key of the configured model registry, SPEC §7), not a provider id."""
+    """Model alias (a key of the configured model registry), not a provider id."""
     status = models.CharField(
         max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
     )
     """idle / streaming (a turn runs) / error (the last turn failed; Retry offered)."""
     last_error = models.TextField(blank=True, default="")
-    """Message of the last failed turn (CS-18), ``""`` when none; cleared by a new send."""
+    """Message of the last failed turn (docs/store.md "What error and Stop remove"), ``""`` when none; cleared by a new send."""
     last_problem = models.JSONField(null=True, blank=True)
     """RFC 9457 problem document of the last failed turn, ``None`` when none."""
     token_count = models.PositiveIntegerField(default=0)
-    """Context tokens of the last model request (CS-23, CS-24: input + output − unreplayed
-    reasoning), from the provider's usage or an estimate."""
+    """Context tokens of the last model request (input + output − unreplayed reasoning;
+    docs/store.md "Usage and context tokens"), from the provider's usage or an estimate."""
     context_warning = models.BooleanField(default=False)
-    """On when ``token_count`` reached 80 % of the model's context window (SPEC §6)."""
+    """On when ``token_count`` reached 80 % of the model's context window (docs/store.md
+    "Usage and context tokens")."""
     turn_id = models.UUIDField(null=True, blank=True)
     """UUID of the running turn, ``None`` when none. Set by a send, cleared when the turn
     ends; guards every write of the turn runner so one turn runs per conversation across
@@ -99,12 +101,12 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         # Never the title: it is made from the first user message, and admin shows this
-        # string to staff who may not read message content (issue 6, admin isolation).
+        # string to staff who may not read message content (docs/security.md, threat 1b).
         return f"Conversation {self.pk}"
 
 
 class Message(models.Model):
-    """One transcript entry in OpenAI wire roles (CS-28 … CS-31)."""
+    """One transcript entry in OpenAI wire roles (docs/store.md "The OpenAI wire export")."""
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     """The conversation it belongs to."""
@@ -116,9 +118,9 @@ class Message(models.Model):
     """The text (answer text for an assistant, result text for a tool reply)."""
     reasoning_content = models.TextField(null=True, blank=True)
     """Thinking text streamed with this assistant message; ``None`` when none streamed, so
-    it is replayed as ``reasoning_content`` only on the turn that streamed it (CS-31)."""
+    it is replayed as ``reasoning_content`` only on the turn that streamed it (docs/store.md "The OpenAI wire export")."""
     tool_call_id = models.CharField(max_length=200, blank=True, default="")
-    """For a ``tool`` reply, the id of the call it answers (CS-29); ``""`` otherwise."""
+    """For a ``tool`` reply, the id of the call it answers; ``""`` otherwise."""
     usage = models.JSONField(null=True, blank=True)
     """Assistant only: ``{"inputTokens", "outputTokens"[, "cachedInputTokens"]
     [, "reasoningTokens"][, "estimated": true]}`` for the request that produced it;
@@ -159,16 +161,16 @@ class ToolCall(models.Model):
     position = models.PositiveIntegerField()
     """Order within the message (the order the model opened the calls)."""
     call_id = models.CharField(max_length=200)
-    """The provider's call id; not unique (providers reuse ``call_0`` per round, RP-4)."""
+    """The provider's call id; not unique (providers reuse ``call_0`` per round; docs/store.md "Tool results")."""
     name = models.CharField(max_length=200, blank=True, default="")
     """Function name; ``""`` for a call that ended without one."""
     arguments = models.TextField(blank=True, default="")
     """Argument JSON text exactly as streamed, even when cut off (length cut-off)."""
     result = models.JSONField(null=True, blank=True)
     """The tool's result document (``{"success": …, …}``) or its raw text when not JSON;
-    ``None`` until it ran. Transcript-only: never sent on the wire (CS-31)."""
+    ``None`` until it ran. Transcript-only: never sent on the wire (docs/store.md "The OpenAI wire export")."""
     success = models.BooleanField(null=True, blank=True)
-    """``False`` iff the result is an object with ``success: false`` (MC-6); ``None`` until run."""
+    """``False`` iff the result is an object with ``success: false`` (docs/store.md "Tool results"); ``None`` until run."""
     started_at = models.DateTimeField(null=True, blank=True)
     """When ``tool_call_start`` arrived."""
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -190,7 +192,7 @@ API_TOKEN_PREFIX = "jxai_"
 
 
 class ApiToken(models.Model):
-    """A jxai API token for programmatic use of ``/ai/chat`` (SPEC §7). Only a SHA-256 hash
+    """A jxai API token for programmatic use of ``/ai/chat`` (docs/api.md "Authentication"). Only a SHA-256 hash
     of the secret is stored; the plaintext is shown once, by :meth:`issue`."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_api_tokens")
@@ -245,7 +247,7 @@ class ApiToken(models.Model):
 
 
 class ToolPolicy(models.Model):
-    """Who may use a registered tool and within what limits (issue 6; edited in admin).
+    """Who may use a registered tool and within what limits (edited in admin; docs/security.md, threat 2).
 
     The rules that read these rows live in :mod:`jxai_app.policy.toolpolicy` (offered tools per
     user and turn, and the admin's "who may use it"). A tool without a row follows the
@@ -282,7 +284,7 @@ _LIMIT_HELP = "Empty = the settings' default ({setting}); 0 = unlimited."
 
 
 class UserLimits(models.Model):
-    """Per-user overrides of the rate limit and quota settings (issue 6). ``None`` (empty in
+    """Per-user overrides of the rate limit and quota settings (docs/security.md, threat 3). ``None`` (empty in
     admin) = the settings' default; ``0`` = unlimited (:mod:`jxai_app.policy.ratelimit`)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_limits")
@@ -305,7 +307,7 @@ class UserLimits(models.Model):
 
 
 class UsageLedger(models.Model):
-    """Tokens and provider requests of one user on one UTC day (issue 6 item 3).
+    """Tokens and provider requests of one user on one UTC day (docs/security.md "Limits: why the database, and what it costs").
 
     Written only by :func:`jxai_app.policy.usage.ledger_add` with ``F()`` increments (race-free
     upsert); the daily token quota reads it, so the figure holds across worker processes and
@@ -347,7 +349,7 @@ class UsageLedger(models.Model):
 
 
 class TurnAdmission(models.Model):
-    """One turn admitted by the per-minute rate limit (issue 6 item 3).
+    """One turn admitted by the per-minute rate limit (docs/security.md "Limits: why the database, and what it costs").
 
     :func:`jxai_app.policy.ratelimit.check_turn_allowed` counts a user's rows of the last 60 s and
     adds one, in a transaction serialised per user, then drops rows older than the window;

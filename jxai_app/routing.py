@@ -1,4 +1,4 @@
-"""Websocket routes (SPEC §7): ``ws/chat/``."""
+"""Websocket routes (docs/websocket.md): ``ws/chat/``."""
 
 from __future__ import annotations
 

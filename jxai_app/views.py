@@ -1,4 +1,4 @@
-"""Page views: the chat page (SPEC §7 "Chat page", "URLs").
+"""Page views: the chat page (docs/architecture.md "The chat page", "Routes").
 
 Thin: ownership and recovery live in :mod:`jxai_app.store`, models in :mod:`jxai_app.conf`.
 The page itself is static HTML plus ``chat.js``; everything live (transcript, streaming,
@@ -35,7 +35,7 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
 
     Raises:
         Http404: ``conversation_id`` is missing or belongs to another user — the same answer
-            for both (issue 6 item 1: never confirm that someone else's id exists).
+            for both (never confirm that someone else's id exists; docs/security.md, threat 1).
     """
     current = None
     if conversation_id is not None:

@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (SPEC §7).
+"""ASGI entry point: HTTP through Django, websockets through Channels (docs/architecture.md "Routes").
 
 Served by daphne: ``daphne project.asgi:application``.
 """
@@ -28,6 +28,6 @@ application = ProtocolTypeRouter(
 # Everything imported so far lives as long as the process: move it out of the collector's
 # reach, so a full collection scans only what requests and turns allocate (measured under
 # daphne: one ~40 ms full collection per ~100 turns without this, which lands on the time to
-# first token; issue 4).
+# first token).
 gc.collect()
 gc.freeze()

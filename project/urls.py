@@ -1,4 +1,4 @@
-"""Root URL configuration (SPEC §7 "URLs")."""
+"""Root URL configuration (docs/architecture.md "Routes")."""
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponseRedirect

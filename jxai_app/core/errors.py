@@ -1,4 +1,4 @@
-"""One error tree for the core (STYLE.md: "one error tree, one translation boundary").
+"""One error tree for the core (docs/architecture.md "Errors").
 
 ::
 
@@ -12,7 +12,7 @@
                                    ``error`` event (jxai_app.core.problems)
 
 Streaming clients never raise these at their callers: every provider failure becomes an
-``error`` event at one boundary per client (SPEC §2).
+``error`` event at one boundary per client (docs/streaming.md "The client interface").
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class JxaiError(Exception):
 
 
 class InvalidEventError(JxaiError, ValueError):
-    """A value is not a valid normalised event (SPEC §1)."""
+    """A value is not a valid normalised event (docs/streaming.md "Events")."""
 
 
 class ConfigurationError(JxaiError):

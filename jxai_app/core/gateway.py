@@ -1,27 +1,30 @@
-"""The request pipeline of ``POST /ai/chat`` (SPEC §7; seed GW-1 … GW-22, SSE-1 … SSE-8, §3).
+"""The request pipeline of ``POST /ai/chat`` (docs/api.md "`POST /ai/chat`").
 
 Plain functions over bytes, headers and settings values: no Django request object inside, so
 each step is tested on its own and the view (:mod:`jxai_app.api`) only wires them together.
-The view runs them in this order; the first refusal answers and nothing later runs (GW-1)::
+The view runs them in this order; the first refusal answers and nothing later runs
+(docs/api.md "Checks, in order")::
 
     authenticate (401/403)          jxai_app.web.authn
-    resolve_upstream (403/401)      caller-supplied provider URL, before the body is read (GW-3)
-    read_body (413)                 bytes actually read, not Content-Length (GW-10, GW-11)
-    parse_chat_request (400/413)    JSON object, messages list, counts and sizes (GW-5 … GW-12)
+    resolve_upstream (403/401)      caller-supplied provider URL, before the body is read
+    read_body (413)                 bytes actually read, not Content-Length
+    parse_chat_request (400/413)    JSON object, messages list, counts and sizes
     select_client (400/501)         model alias → configured client (keys stay server-side)
     check_turn_allowed (429)        jxai_app.policy.ratelimit
-    stream_sse (200)                normalised events as ``data: <json>\\n\\n`` (SSE-1 … SSE-5)
+    stream_sse (200)                normalised events as ``data: <json>\\n\\n`` (docs/api.md "The event stream")
 
 Every refusal is a :class:`~jxai_app.core.errors.ProblemError` carrying an RFC 9457 document.
 
-Deliberate differences from the seed's handler (documented in ``docs/api.md``):
+Deliberate differences from the original package's handler (docs/api.md "Differences from the
+original package's handler"):
 
 - a body that is JSON but not an object (``null``, a list, a number) is a 400
-  (``The request body must be a JSON object.``) — the seed raises on ``null`` (GW-9);
-- ``tools``, ``systemPrompt`` and ``model`` are type-checked (the seed forwards anything,
-  GW-16, GW-17); each message must be an object with a string ``role``;
+  (``The request body must be a JSON object.``) — the original raised on ``null``;
+- ``tools``, ``systemPrompt`` and ``model`` are type-checked (the original forwarded
+  anything); each message must be an object with a string ``role``;
 - provider 429/5xx before any output are retried (:mod:`jxai_app.core.streaming.retry`) and a
-  429 is problem type ``rate-limited`` (SPEC §2), not ``invalid-request`` (GW-20).
+  429 is problem type ``rate-limited``, not ``invalid-request``
+  (docs/streaming.md "Retries", "Errors and their codes").
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def read_body(read: Callable[[int], bytes], max_bytes: int, *, chunk: int = READ
 
     Args:
         read: ``read(n)`` → up to ``n`` bytes, ``b""`` at the end (a file-like's ``read``).
-        max_bytes: the largest body accepted, in bytes (a body of exactly this size passes, GW-11).
+        max_bytes: the largest body accepted, in bytes (a body of exactly this size passes).
         chunk: bytes per read.
 
     Returns:
@@ -80,8 +83,8 @@ def read_body(read: Callable[[int], bytes], max_bytes: int, *, chunk: int = READ
 
     Raises:
         ProblemError: ``payload-too-large`` (413) past ``max_bytes``, counted on bytes
-            actually read (GW-10); ``invalid-request`` (400, ``Invalid JSON body``) when the
-            body stream fails while being read (GW-7).
+            actually read; ``invalid-request`` (400, ``Invalid JSON body``) when the
+            body stream fails while being read.
     """
     parts: list[bytes] = []
     size = 0
@@ -109,7 +112,7 @@ class ChatRequest:
         system_prompt: ``""`` when absent or null.
         model: the requested model alias (or, for a caller-supplied provider, the provider's
             model id); ``None`` when absent, null or empty (the default model).
-        bytes: the body's size in bytes (GW-11).
+        bytes: the body's size in bytes.
     """
 
     messages: list[dict[str, Any]]
@@ -121,7 +124,7 @@ class ChatRequest:
 
     @property
     def message_count(self) -> int:
-        """Messages excluding the system prompt (GW-13)."""
+        """Messages excluding the system prompt."""
         return len(self.messages)
 
 
@@ -148,11 +151,11 @@ def message_chars(message: Mapping[str, Any]) -> int:
 
 
 def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int) -> ChatRequest:
-    """Parse and check a ``POST /ai/chat`` body (GW-5 … GW-12, GW-16).
+    """Parse and check a ``POST /ai/chat`` body (docs/api.md "Checks, in order").
 
     Args:
-        body: the raw bytes (a UTF-8 byte-order mark is not stripped: it is a 400, GW-6).
-        max_messages: most messages accepted (exactly this many pass, GW-12).
+        body: the raw bytes (a UTF-8 byte-order mark is not stripped: it is a 400).
+        max_messages: most messages accepted (exactly this many pass).
         max_message_chars: most characters in one message (see :func:`message_chars`) and in
             ``systemPrompt``.
 
@@ -224,7 +227,8 @@ class CallerProvider:
 async def resolve_upstream(*, base_url: str | None, provider_key: str | None, allowed: bool,
                            resolver: Resolver, blocked: Callable[[IPAddress], bool] = is_blocked_address,
                            ) -> CallerProvider | None:
-    """Decide where the request goes, before the body is read (GW-3; reference §3 host policy).
+    """Decide where the request goes, before the body is read
+    (docs/api.md "Caller-supplied provider (`X-Api-Base-URL`)").
 
     Args:
         base_url: the caller's ``X-Api-Base-URL`` header, or ``None``.
@@ -323,7 +327,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
 
 # -- the stream ---------------------------------------------------------------------------
 def sse_frame(event: StreamEvent, secrets: Sequence[str] = ()) -> bytes:
-    """One SSE frame: ``data: `` + compact JSON + blank line (SSE-1, SSE-3 … SSE-5).
+    """One SSE frame: ``data: `` + compact JSON + blank line (docs/api.md "The event stream").
 
     Any of ``secrets`` (8 characters or more) found in the frame — a provider that echoes the
     key in an error text — is replaced by ``[redacted]``.
@@ -368,10 +372,10 @@ def _produced_chars(event: StreamEvent) -> int:
 
 async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: Signal | None = None,
                      on_finish: Callable[[StreamOutcome], Awaitable[None]] | None = None) -> AsyncIterator[bytes]:
-    """The response body: one frame per normalised event, in order (GW-19, SSE-1 … SSE-5).
+    """The response body: one frame per normalised event, in order (docs/api.md "The event stream").
 
     Upstream failures arrive as ``error`` events with problems (the clients' boundary,
-    SPEC §2). Closing this iterator (the caller disconnected, GW-22) closes the upstream
+    docs/streaming.md "The client interface"). Closing this iterator (the caller disconnected) closes the upstream
     stream and so its connection. ``on_finish`` runs exactly once at the end with the usage
     (from the ``usage`` event, else an estimate), also after a disconnect; its failures are
     its own business (they are not raised into the stream).

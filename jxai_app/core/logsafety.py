@@ -1,4 +1,4 @@
-"""A logging filter that keeps credentials out of log output (issue 6 item 8).
+"""A logging filter that keeps credentials out of log output (docs/security.md, threat 7 "Secret leakage").
 
 jxai itself never logs a key: clients hold them only in request headers, and error events
 are scrubbed of the request's credentials at the streaming boundary

@@ -1,4 +1,4 @@
-"""RFC 9457 problem documents and jxai's slug table (SPEC §3; seed PB-1 … PB-9).
+"""RFC 9457 problem documents and jxai's slug table (docs/api.md "Problem documents").
 
 A problem document is a JSON object ``{"type", "title", "status", "detail", …extensions}``.
 ``type`` is an absolute URI, :data:`PROBLEM_BASE_URI` + slug, stable across deployments
@@ -67,7 +67,7 @@ PROBLEM_TYPES: Final[dict[str, ProblemType]] = {
                     "The model provider did not answer in time (connect, first byte, or idle timeout)."),
     )
 }
-"""Every problem type jxai emits, by slug (SPEC §3 plus PB-6's 405)."""
+"""Every problem type jxai emits, by slug (docs/api.md "Problem documents")."""
 
 _STATUS_TO_SLUG: Final[dict[int, str]] = {
     400: "invalid-request",
@@ -113,8 +113,8 @@ def problem(slug: str, detail: str | None = None, **extensions: Any) -> dict[str
 
 
 def slug_for_status(status: int) -> str:
-    """Map an upstream HTTP status to a slug (PB-6, PB-7; SPEC §2: 429 → rate-limited,
-    504 → upstream-timeout). Unlisted: ≥ 500 → internal-error, otherwise invalid-request."""
+    """Map an upstream HTTP status to a slug (docs/streaming.md "Errors and their codes": 429 →
+    rate-limited, 504 → upstream-timeout). Unlisted: ≥ 500 → internal-error, otherwise invalid-request."""
     if status in _STATUS_TO_SLUG:
         return _STATUS_TO_SLUG[status]
     return "internal-error" if status >= 500 else "invalid-request"
@@ -131,7 +131,7 @@ def problem_error(slug: str, detail: str | None = None, **extensions: Any) -> Pr
 
 
 def problem_body(doc: Mapping[str, Any], code: str | None = None) -> dict[str, Any]:
-    """The JSON body of an ``application/problem+json`` refusal (PB-3, PB-4).
+    """The JSON body of an ``application/problem+json`` refusal (docs/api.md "Problem documents").
 
     The problem's members, then an ``error`` alias equal to ``detail`` (for the original
     package's clients) when there is a detail and no ``error`` yet, then ``code`` when given.

@@ -1,4 +1,4 @@
-"""History repair: make an OpenAI wire-shape message list safe to send (SPEC §5; seed RP-1 … RP-15).
+"""History repair: make an OpenAI wire-shape message list safe to send (docs/agent.md "History repair").
 
 Providers refuse a history whose tool calls and tool replies do not pair up: every
 ``tool_calls`` entry of an assistant message must be answered by a ``tool`` message before
@@ -6,34 +6,34 @@ the next non-tool message, and every ``tool`` message must answer such a call. H
 break that rule in ordinary ways — a turn stopped mid-round, a crash, a trimmed history, a
 legacy session that kept a cut-off call — so the agent loop repairs the list before **each**
 model request. Repair is a pure function: it never mutates its input, returns the very same
-message objects when nothing needed changing (RP-1) and is idempotent (RP-14).
+message objects when nothing needed changing and is idempotent.
 
 What it does, in order:
 
 1. **Wire projection.** Entries that are not objects, or have an unknown role, are dropped.
    A message carrying members the OpenAI wire does not define (``id``, ``timestamp``,
    ``model``, a call's ``result`` …) is replaced by a copy with only the wire members
-   (seed §5 "system-and-foreign-fields", "tool-record-results"). Assistant ``tool_calls``
-   that are not a list, entries that are not objects, calls with an empty id (RP-11: never
+   (restored transcripts carry such members). Assistant ``tool_calls``
+   that are not a list, entries that are not objects, calls with an empty id (never
    sealed, never answerable — we also keep them off the wire) and a second call with an
-   id already made in the same message (RP-10: one call) are removed from the copy.
+   id already made in the same message (one call) are removed from the copy.
 2. **Empty assistants** — no ``tool_calls`` and no text, reasoning-only included — are
-   dropped (CS-30, MC-15): they are never sent.
-3. **Pairing, per request** (RP-4, RP-5): a ``tool`` reply belongs to the nearest earlier
+   dropped: they are never sent.
+3. **Pairing, per request**: a ``tool`` reply belongs to the nearest earlier
    assistant request that made its id and has not had it answered yet. Replies that are
    orphans, have no or an empty call id, duplicate an answered call, or answer an id no
-   request made are dropped (RP-7). A reply that does not sit in its request's run of
-   ``tool`` messages is moved back there (RP-2, RP-3). A ``tool`` message answers exactly
-   one call, its ``tool_call_id`` (RP-8 in wire shape).
-4. **Seals.** Each call left unanswered gets a failed result (RP-6):
+   request made are dropped. A reply that does not sit in its request's run of
+   ``tool`` messages is moved back there. A ``tool`` message answers exactly
+   one call, its ``tool_call_id``.
+4. **Seals.** Each call left unanswered gets a failed result:
    ``{"success":false,"error":<sentence>}``; the sentence says the response was cut off
    when the call's argument text is non-empty and does not parse, and otherwise that the
    session was reloaded or the history trimmed. After each request come its seals in call
-   order, then the replies it owns in their original order (RP-9).
+   order, then the replies it owns in their original order.
 
-Seal ids (RP-12, ``sealed_<callId>_<n>``, made unique) are reported in :class:`Seal` so a
+Seal ids (``sealed_<callId>_<n>``, made unique) are reported in :class:`Seal` so a
 host that persists seals can use them as message ids; a wire ``tool`` message has no id of
-its own, so a seal on the wire is exactly ``{"role","tool_call_id","content"}`` (RP-13: no
+its own, so a seal on the wire is exactly ``{"role","tool_call_id","content"}`` (no
 timestamp or meta — the wire has neither).
 """
 
@@ -59,12 +59,12 @@ __all__ = [
 ]
 
 SEAL_CUT_OFF: Final[str] = "This tool call was never completed — the response was cut off before it finished."
-"""Seal sentence for a call whose argument text is non-empty and does not parse (RP-6)."""
+"""Seal sentence for a call whose argument text is non-empty and does not parse (docs/agent.md "History repair", seals)."""
 
 SEAL_RELOADED: Final[str] = (
     "This tool call was never completed — the session was reloaded or the history was trimmed."
 )
-"""Seal sentence for every other unanswered call (RP-6)."""
+"""Seal sentence for every other unanswered call (docs/agent.md "History repair", seals)."""
 
 DropReason: TypeAlias = Literal[
     "not_a_message", "unknown_role", "empty_assistant", "no_call_id", "empty_call_id",
@@ -88,7 +88,7 @@ _FUNCTION_KEYS: Final[frozenset[str]] = frozenset({"name", "arguments"})
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Seal:
-    """A failed result the repair inserted for an unanswered call (RP-6, RP-12, RP-13)."""
+    """A failed result the repair inserted for an unanswered call (docs/agent.md "History repair", seals and seal ids)."""
 
     seal_id: str
     """``sealed_<callId>_<n>`` (n = position among the request's unanswered calls), with
@@ -104,7 +104,7 @@ class Seal:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Dropped:
-    """An input entry left out of the repaired list (RP-7, CS-30)."""
+    """An input entry left out of the repaired list (docs/agent.md "History repair")."""
 
     index: int
     """Its index in the input list."""
@@ -118,7 +118,7 @@ class Dropped:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Moved:
-    """A reply moved back directly after the request it answers (RP-2, RP-3)."""
+    """A reply moved back directly after the request it answers (docs/agent.md "History repair", pairing)."""
 
     index: int
     """Its index in the input list."""
@@ -136,7 +136,7 @@ class Normalised:
     """Its index in the input list."""
     reasons: tuple[NormaliseReason, ...]
     """What was cleaned: ``foreign_fields``, ``bad_tool_calls`` (not a list, a non-object
-    entry, an empty list), ``empty_call_id`` (RP-11), ``duplicate_call_id`` (RP-10)."""
+    entry, an empty list), ``empty_call_id``, ``duplicate_call_id``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,7 +144,7 @@ class RepairResult:
     """The repaired list and what changed; every report tuple is in transcript order."""
 
     messages: list[dict[str, Any]]
-    """A new list, safe to send; unchanged entries are the input's own objects (RP-1)."""
+    """A new list, safe to send; unchanged entries are the input's own objects."""
     sealed: tuple[Seal, ...] = ()
     dropped: tuple[Dropped, ...] = ()
     moved: tuple[Moved, ...] = ()
@@ -157,7 +157,7 @@ class RepairResult:
 
 
 def seal_content(arguments: Any) -> str:
-    """The content of a seal for a call with this argument text (RP-6).
+    """The content of a seal for a call with this argument text (docs/agent.md "History repair", seals).
 
     Returns:
         Compact JSON ``{"success":false,"error":<sentence>}`` (keys in that order, raw UTF-8):
@@ -177,7 +177,7 @@ _SEAL_CONTENTS: Final[frozenset[str]] = frozenset({seal_content("{"), seal_conte
 
 
 def is_seal_content(text: Any) -> bool:
-    """True only for the two exact seal contents, byte for byte (RP-15)."""
+    """True only for the two exact seal contents, byte for byte."""
     return isinstance(text, str) and text in _SEAL_CONTENTS
 
 
@@ -192,7 +192,7 @@ def _has_text(content: Any) -> bool:
 
 
 def is_empty_assistant(message: Any) -> bool:
-    """True for an assistant message with no tool call and no text (MC-15, CS-30).
+    """True for an assistant message with no tool call and no text (docs/agent.md "History repair", empty assistants).
 
     Reasoning-only, empty-text and ``tool_calls: []`` messages are empty; other roles never are.
     """
@@ -240,7 +240,7 @@ def _project(message: Any) -> tuple[dict[str, Any] | None, DropReason | None, tu
     calls_out: list[Mapping[str, Any]] | None = None
     if role == "assistant":
         if "reasoning_content" in message and not isinstance(message["reasoning_content"], str):
-            reasons.append("foreign_fields")  # MC-10: non-string reasoning is absent
+            reasons.append("foreign_fields")  # non-string reasoning is absent
         raw = message.get("tool_calls", None)
         if "tool_calls" in message:
             calls_out = []
@@ -284,7 +284,7 @@ def _project(message: Any) -> tuple[dict[str, Any] | None, DropReason | None, tu
 
 
 def _same(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The message itself when it is a dict (identity kept, RP-1), else a dict copy."""
+    """The message itself when it is a dict (identity kept), else a dict copy."""
     return message if isinstance(message, dict) else dict(message)
 
 
@@ -299,7 +299,7 @@ class _Request:
 
 
 def _ids_in(messages: Sequence[Any], items: list[tuple[int, dict[str, Any]]], calls: set[str]) -> set[str]:
-    """Every id a seal id must not collide with: call ids, reply ids, message ids (RP-12)."""
+    """Every id a seal id must not collide with: call ids, reply ids, message ids."""
     taken = set(calls)
     for _, wire in items:
         if isinstance(wire.get("tool_call_id"), str):

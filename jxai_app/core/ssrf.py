@@ -1,4 +1,5 @@
-"""Checks for provider URLs chosen by the caller of ``POST /ai/chat`` (issue 6 item 5; SPEC §7).
+"""Checks for provider URLs chosen by the caller of ``POST /ai/chat``
+(docs/api.md "Caller-supplied provider (`X-Api-Base-URL`)"; docs/security.md, threat 5 "SSRF").
 
 Framework-free (no Django import). A caller-supplied base URL (``X-Api-Base-URL``) is only
 used when the deployment allows it, and then only after:
@@ -78,7 +79,7 @@ _IPV4_COMPAT: Final = ipaddress.IPv6Network("::/96")
 _NUMERIC_V4: Final = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
 
 HOST_NOT_PERMITTED: Final[str] = "Base URL host is not permitted."
-"""The seed's refusal sentence (GW-3), the start of every host refusal's message."""
+"""The start of every host refusal's message (the original package's sentence, kept for its clients)."""
 
 
 class BlockedURLError(JxaiError):

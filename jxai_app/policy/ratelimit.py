@@ -1,4 +1,5 @@
-"""Per-user rate limit (turns per minute) and quota (tokens per day) — issue 6 item 3.
+"""Per-user rate limit (turns per minute) and quota (tokens per day) (docs/security.md,
+threat 3, and "Limits: why the database, and what it costs").
 
 Shared by ``POST /ai/chat`` and the websocket turn runner: call :func:`check_turn_allowed`
 before a turn contacts the provider, and :func:`record_usage` once per provider request

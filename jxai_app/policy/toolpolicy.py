@@ -1,4 +1,5 @@
-"""Which tools a user's turn offers, and within what limits: tools act as the user (issue 6 item 2).
+"""Which tools a user's turn offers, and within what limits: tools act as the user
+(docs/security.md, threat 2 "Tool abuse").
 
 The rule, one place for the turn runner and admin's "registered tools" page:
 

@@ -1,4 +1,5 @@
-"""The usage ledger: tokens and provider requests per user and UTC day (issue 6 item 3).
+"""The usage ledger: tokens and provider requests per user and UTC day (docs/security.md,
+threat 3, and "Limits: why the database, and what it costs").
 
 One :class:`~jxai_app.models.UsageLedger` row per ``(user, day)``, only ever increased with
 ``F()`` expressions, so concurrent writers in any number of processes add up exactly:
@@ -44,7 +45,7 @@ class UsageCounts:
 
 
 def _count(value: Any) -> int:
-    """A finite non-negative whole count, else 0 (``True``/``False`` are not counts, CS-25)."""
+    """A finite non-negative whole count, else 0 (``True``/``False`` are not counts; docs/store.md "Usage and context tokens")."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0
     if not math.isfinite(value) or value < 0:

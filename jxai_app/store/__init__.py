@@ -1,5 +1,5 @@
-"""The chat store: the rules of the original chat store (CS-1 … CS-32) as services over
-the Django models (SPEC §6). Views, consumers, the turn runner and admin call these and hold
+"""The chat store: its rules (docs/store.md) as services over the Django
+models. Views, consumers, the turn runner and admin call these and hold
 no rules of their own.
 
 Services (keyword-only; every one that takes a conversation id also takes the requesting

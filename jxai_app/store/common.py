@@ -1,8 +1,8 @@
 """Helpers shared by the store's services: ownership lookups, positions, limits.
 
 Every service that takes a conversation id also takes the requesting user, and answers
-another user's conversation exactly like a missing one (issue 6: never a 403 that confirms
-it exists). Ids that do not parse are missing ids too.
+another user's conversation exactly like a missing one (never a 403 that confirms it exists;
+docs/store.md "Ownership"). Ids that do not parse are missing ids too.
 """
 
 from __future__ import annotations

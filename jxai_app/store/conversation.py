@@ -33,7 +33,7 @@ def conversation_create(
         model: model alias (validated by the caller against the model registry).
         title: optional title; derived from the first user message when empty.
         system_prompt: when given (non-empty), saved as a ``system`` message at position 0
-            and sent first on the wire (CS-29).
+            and sent first on the wire (docs/store.md "The OpenAI wire export").
 
     Raises:
         ProblemError: ``invalid-request`` for an anonymous user or an over-long title.

@@ -84,8 +84,8 @@ class TurnRecorder:
     # ------------------------------------------------------------------ rounds
     def finish_round(self, *, message: Mapping[str, Any] | None, stop_reason: str, usage: Mapping[str, Any] | None,
                      estimated: bool, call_started: Mapping[str, datetime] | None = None) -> bool:
-        """Complete the round's message with what the agent loop assembled (CS-17: the row
-        stays even when empty; the wire leaves empty ones out), in one transaction: the
+        """Complete the round's message with what the agent loop assembled (the row stays
+        even when empty; the wire leaves empty ones out), in one transaction: the
         placeholder's UPDATE, one INSERT of its calls, and the round's tokens in the user's
         usage ledger (the same figures as the row, so they always agree).
 
@@ -133,8 +133,8 @@ class TurnRecorder:
             ratelimit.record_usage(self.user, usage, estimated=estimated)
 
     def begin_round(self) -> bool:
-        """Open the next round's placeholder (1 INSERT) after tool results (CS-4: nothing while
-        a round is open). Returns False when lost or ended."""
+        """Open the next round's placeholder (1 INSERT) after tool results (nothing while
+        a round is open; docs/store.md "The placeholder"). Returns False when lost or ended."""
         if self.ended:
             return False
         if self.round_open:
@@ -167,7 +167,7 @@ class TurnRecorder:
 
     def attach_tool_result(self, *, call_id: str, content: str, success: bool | None = None) -> Message | None:
         """Save a tool's result: the ``tool`` reply (1 INSERT) and the call's result, success
-        and finish time (1 UPDATE), for the nearest call with that id (CS-12 … CS-15).
+        and finish time (1 UPDATE), for the nearest call with that id (docs/store.md "Tool results").
 
         Returns:
             The saved ``tool`` message, or ``None`` when the turn is lost or ended.
@@ -193,13 +193,13 @@ class TurnRecorder:
         return self._end(status=ConversationStatus.IDLE)
 
     def fail(self, message: str, problem: Mapping[str, Any] | None = None) -> bool:
-        """End the turn with an error (CS-18): the partial placeholder and its calls deleted,
+        """End the turn with an error (docs/store.md "What error and Stop remove"): the partial placeholder and its calls deleted,
         completed rounds kept, status ``error`` with ``last_error``/``last_problem`` for the
         Retry banner. Returns False when lost."""
         return self._end(status=ConversationStatus.ERROR, error=message, problem=problem)
 
     def cancel(self) -> bool:
-        """Stop the turn (CS-19): the partial placeholder and its calls deleted, completed
+        """Stop the turn (docs/store.md "What error and Stop remove"): the partial placeholder and its calls deleted, completed
         rounds kept, status ``idle``, error cleared. Returns False when lost."""
         return self._end(status=ConversationStatus.IDLE)
 

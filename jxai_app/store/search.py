@@ -1,4 +1,5 @@
-"""Text search over one user's own conversations (the ``search_conversations`` tool, SPEC §4)."""
+"""Text search over one user's own conversations (the ``search_conversations`` tool,
+docs/agent.md "Built-in tools")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Saved rows → the protocol's plain dicts (``/work/notes/ws-protocol.md``, SPEC §7).
+"""Saved rows → the protocol's plain dicts (docs/websocket.md: the ``conversation``
+and ``message`` objects).
 
 Shared by the websocket consumer, the turn runner and the page's views: plain functions,
 no framework beyond the models. Shapes::

@@ -1,5 +1,5 @@
-"""Turn services: send, cancel, retry, tool results (docs/store.md; CS-2, CS-3, CS-10 … CS-16,
-CS-19, CS-21).
+"""Turn services: send, cancel, retry, tool results (docs/store.md "Sending", "What error
+and Stop remove", "Retry", "Tool results").
 
 One turn per conversation, across worker processes, enforced by the database: a send locks
 the conversation's row, then claims it with one conditional ``UPDATE … WHERE NOT
@@ -72,7 +72,7 @@ def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
     admit: bool = True, lease: float = LEASE_SECONDS,
 ) -> TurnStart:
-    """Save the user's message and an empty assistant placeholder and start a turn (CS-2):
+    """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction.
 
     1. The conversation: created (owned by ``user``, model ``model``) when
@@ -139,7 +139,7 @@ def message_send(
 
 def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:
     """Stop the running turn from anywhere (any tab, any worker): delete the partial
-    assistant message and its calls, keep completed rounds, return to idle (CS-19).
+    assistant message and its calls, keep completed rounds, return to idle (docs/store.md "What error and Stop remove").
 
     The turn's own recorder then finds its placeholder gone and writes nothing more. Safe
     without a running turn (no-op).
@@ -159,7 +159,7 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | N
 
 @transaction.atomic
 def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
-    """Drop the last exchange so its user text can be sent again (CS-21).
+    """Drop the last exchange so its user text can be sent again (docs/store.md "Retry").
 
     Removes the trailing non-user messages and then the last user message (earlier turns
     survive), sets the conversation idle and clears its error.
@@ -187,7 +187,7 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
 
 def _result_of(content: str) -> tuple[Any, bool]:
     """``(result, success)`` of a tool reply: the parsed JSON (or the raw text when it is not
-    JSON) and whether it succeeded: false iff an object with ``success: false`` (MC-6)."""
+    JSON) and whether it succeeded: false iff an object with ``success: false`` (docs/store.md "Tool results")."""
     try:
         parsed = json.loads(content)
     except (TypeError, ValueError):
@@ -201,14 +201,13 @@ def tool_result_insert(
     """Save a tool reply (two writes; call it in a transaction, as ``TurnRecorder.attach_tool_result`` does).
 
     The call it answers is the one with ``call_id`` on the nearest preceding assistant
-    message of the current turn (CS-12, CS-13: a reused id attaches to the later request;
-    CS-15: never across the turn's user message). The reply is appended as a ``tool``
+    message of the current turn (docs/store.md "Tool results": a reused id attaches to the later
+    request; never across the turn's user message). The reply is appended as a ``tool``
     message and the call gets ``result``, ``success`` and ``finished_at``.
 
     Raises:
-        ProblemError: ``invalid-request`` when no call of the turn has that id (CS-11/CS-14
-            ignore it silently; a clear refusal loses nothing and corrupts nothing), when that
-            call already has a result, or when ``content`` is not a string.
+        ProblemError: ``invalid-request`` when no call of the turn has that id (a clear refusal
+            loses nothing and corrupts nothing), when that call already has a result, or when ``content`` is not a string.
     """
     if not isinstance(content, str):
         raise invalid("A tool result must be text (the JSON the model will read).")

@@ -1,11 +1,12 @@
 """Token usage as saved on assistant messages, and the conversation's context figures.
 
-Saved shape (camelCase like the ``usage`` event, SPEC §1, without ``type``)::
+Saved shape (camelCase like the ``usage`` event, without ``type``; docs/store.md
+"Usage and context tokens")::
 
     {"inputTokens": 120, "outputTokens": 30[, "cachedInputTokens": 0][, "reasoningTokens": 8]
      [, "estimated": true]}
 
-``estimated`` marks counts made up because the provider sent no usage (issue 6).
+``estimated`` marks counts made up because the provider sent no usage.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from jxai_app.core.streaming.events import UsageEvent
 CHARS_PER_TOKEN: Final[int] = 4
 """Rough characters per token for estimates (OpenAI's rule of thumb for English text)."""
 CONTEXT_WARNING_RATIO: Final[float] = 0.8
-"""The context warning turns on at this share of the model's context window (SPEC §6)."""
+"""The context warning turns on at this share of the model's context window (docs/store.md
+"Usage and context tokens")."""
 
 _OPTIONAL: Final[tuple[str, ...]] = ("cachedInputTokens", "reasoningTokens")
 
 
 def _count(value: Any) -> int | None:
-    """A finite non-negative whole count, else ``None`` (CS-25; ``True``/``False`` are not counts)."""
+    """A finite non-negative whole count, else ``None`` (``True``/``False`` are not counts)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if not math.isfinite(value) or value < 0:
@@ -42,8 +44,8 @@ def usage_from(value: UsageEvent | Mapping[str, Any] | None) -> dict[str, int] |
 
     Returns:
         The saved dict, or ``None`` when ``value`` is ``None`` or its input/output counts are
-        not finite non-negative numbers (the whole frame is ignored, CS-25). A bad optional
-        count is dropped (CS-25 treats a non-numeric reasoning figure as 0).
+        not finite non-negative numbers (the whole frame is ignored). A bad optional
+        count is dropped (docs/store.md "Usage and context tokens").
     """
     if value is None:
         return None
@@ -79,7 +81,8 @@ def context_tokens(usage: Mapping[str, Any], *, reasoning_replayed: bool) -> int
 
     Reasoning counts as replayed (not subtracted) only when the message keeps reasoning text
     *and* has text or calls, i.e. when :func:`~jxai_app.store.wire.to_messages` sends it
-    (CS-24: 120+30−8 = 142; reasoning with answer 100+40 = 140; reasoning-only 100+40−40 = 100).
+    (docs/store.md "Usage and context tokens": 120+30−8 = 142; reasoning with answer
+    100+40 = 140; reasoning-only 100+40−40 = 100).
     """
     total = int(usage.get("inputTokens", 0)) + int(usage.get("outputTokens", 0))
     if not reasoning_replayed:
@@ -101,7 +104,7 @@ def estimate_tokens(value: Any) -> int:
 def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_chars: int,
                 input_estimate: int) -> tuple[dict[str, Any] | None, bool]:
     """The one rule for a model round's usage, saved on its message and added to the user's
-    ledger alike (docs/store.md "Usage"):
+    ledger alike (docs/store.md "Usage and context tokens"):
 
     - the provider's usage when it sent a valid one (:func:`usage_from`);
     - otherwise, when the round produced something, an estimate marked ``estimated``:

@@ -1,4 +1,4 @@
-"""Saved transcript → OpenAI Chat Completions wire messages (CS-28 … CS-31, MC-15, MC-17).
+"""Saved transcript → OpenAI Chat Completions wire messages (docs/store.md "The OpenAI wire export").
 
 ::
 
@@ -8,10 +8,10 @@
                    tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
     tool           {"role": "tool", "tool_call_id", "content"}
 
-Left out (CS-30, MC-15): the in-flight placeholder (status ``streaming``) and every
+Left out: the in-flight placeholder (status ``streaming``) and every
 assistant turn with no call and no text, reasoning-only turns included. ``reasoning_content``
-goes only on the turn that streamed it (CS-31). Call results, ids, timestamps, usage and
-models never reach the wire. Building the wire never writes to the database (CS-32).
+goes only on the turn that streamed it. Call results, ids, timestamps, usage and
+models never reach the wire. Building the wire never writes to the database.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The replay log of a running turn: every published event, kept compact (issue 4).
+"""The replay log of a running turn: every published event, kept compact.
 
 A tab that subscribes mid-turn gets every event so far (``snapshot``); a tab that saw a gap
 gets the events after its last sequence number (``replay``). The log answers both with the

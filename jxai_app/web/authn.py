@@ -1,7 +1,8 @@
-"""Who is calling the HTTP API: a jxai API token or a logged-in session (SPEC §7).
+"""Who is calling the HTTP API: a jxai API token or a logged-in session (docs/api.md "Authentication").
 
 - ``X-Api-Key: <token>`` (what the original package's proxy client sends) or
-  ``Authorization: Bearer <token>``; when both are present ``X-Api-Key`` wins (reference §3).
+  ``Authorization: Bearer <token>``; when both are present ``X-Api-Key`` wins (docs/api.md
+  "Authentication").
   A token header that does not name an active token of an active user is a 401 — there is
   no fall-back to the session then. A jxai token is only ever compared with stored hashes;
   it is never forwarded to a provider.

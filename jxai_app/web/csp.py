@@ -1,4 +1,4 @@
-"""Content Security Policy for jxai's HTML pages (issue 6 item 6; SPEC §7 "Chat page").
+"""Content Security Policy for jxai's HTML pages (docs/security.md, threat 6 "XSS").
 
 The chat page renders model output (Markdown → marked → DOMPurify). The policy is the second
 line of defence behind the sanitiser: scripts and styles only from our own origin (no

@@ -1,4 +1,5 @@
-"""Is a websocket's login still good? (issue 6 item 8: a socket must not outlive a logout.)
+"""Is a websocket's login still good? (A socket must not outlive a logout:
+docs/security.md, threat 10.)
 
 An open websocket was authenticated once, at its handshake. :func:`still_signed_in` reads
 the state again from the database, the way :func:`django.contrib.auth.get_user` checks an

@@ -1,4 +1,4 @@
-"""Admin isolation (issue 6 items 1, 6): message content only with ``view_conversation``,
+"""Admin isolation (docs/security.md, threats 1b, 6, 7a, 7b): message content only with ``view_conversation``,
 no admin at all without staff status, and a transcript that escapes everything."""
 
 from __future__ import annotations

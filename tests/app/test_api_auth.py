@@ -1,5 +1,5 @@
 """Who may call ``POST /ai/chat``: jxai API tokens (Bearer, X-Api-Key), sessions with CSRF,
-and the ``create_api_token`` command (SPEC §7)."""
+and the ``create_api_token`` command (docs/api.md "Authentication")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``POST /ai/chat`` through Django's async client against the real view and a loopback
 provider: the answer byte for byte, every refusal in order, upstream failures, retries,
-and the provider key kept out of everything (SPEC §7; seed GW-*, SSE-*)."""
+and the provider key kept out of everything (docs/api.md "`POST /ai/chat`")."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ async def test_each_refusal_in_order_never_contacts_the_provider(
     assert doc["type"] == f"https://jxai.dev/problems/{slug}"
     assert doc["status"] == status
     assert doc["detail"].startswith(detail) or detail in doc["detail"]
-    assert doc["error"] == doc["detail"]  # PB-3 alias
+    assert doc["error"] == doc["detail"]  # the error alias (docs/api.md "Problem documents")
     assert fake.requests == []
 
 
@@ -155,7 +155,7 @@ async def test_the_limits_themselves_are_accepted(small_limits: Any, fake: FakeP
     assert response.status_code == 200
     await read_all(response)
     padded = json.dumps({"messages": []}).encode()
-    padded = padded + b" " * (4000 - len(padded))  # exactly max_body_bytes (GW-11)
+    padded = padded + b" " * (4000 - len(padded))  # exactly max_body_bytes passes
     response = await post_chat(AsyncClient(), padded, bearer(token))
     assert response.status_code == 200
     await read_all(response)

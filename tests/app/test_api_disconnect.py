@@ -1,4 +1,4 @@
-"""A caller that goes away mid-answer closes the upstream request (GW-22, SPEC §2).
+"""A caller that goes away mid-answer closes the upstream request (docs/api.md "The event stream").
 
 Driven through Django's real ASGI handler (not the test client), whose ``http.disconnect``
 handling cancels the response; the fake provider must see its connection closed.

@@ -1,4 +1,4 @@
-"""Per-user turns per minute and tokens per day on ``POST /ai/chat`` (issue 6 item 3), and
+"""Per-user turns per minute and tokens per day on ``POST /ai/chat`` (docs/security.md, threat 3), and
 the ratelimit module the websocket turn runner shares."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``GET /ai/models`` (always 200, MD-1) and the ``/problems/<slug>`` pages (SPEC §3)."""
+"""``GET /ai/models`` (always 200) and the ``/problems/<slug>`` pages (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """conf.model_registry_dict_from_env: which providers and models the environment configures
-(SPEC §7 "Models and providers"), each result checked by the real ModelRegistry."""
+(docs/architecture.md "Settings"), each result checked by the real ModelRegistry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ws/chat/ end to end: real consumer, real database, a provider on 127.0.0.1 (issue 4 item 3)."""
+"""ws/chat/ end to end: real consumer, real database, a provider on 127.0.0.1 (docs/websocket.md)."""
 
 from __future__ import annotations
 

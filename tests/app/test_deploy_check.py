@@ -1,4 +1,4 @@
-"""The production profile (issue 6 acceptance): ``DJANGO_DEBUG=0`` with the documented
+"""The production profile (docs/security.md, threat 16): ``DJANGO_DEBUG=0`` with the documented
 variables passes ``manage.py check --deploy`` with no warning, ``collectstatic`` works with
 the manifest storage, and the pages it serves carry the hardening headers. Every run is a
 fresh subprocess, so the settings module is read exactly as in production."""

@@ -1,5 +1,5 @@
-"""Free memory goes back to the system after a burst (jxai_app.ops.memory; issue 4, memory back
-to baseline): glibc's ``malloc_trim`` under ``PYTHONMALLOC=malloc``, called by the hub once
+"""Free memory goes back to the system after a burst (jxai_app.ops.memory; docs/streaming.md
+"Connections"): glibc's ``malloc_trim`` under ``PYTHONMALLOC=malloc``, called by the hub once
 no turn has run for a moment."""
 
 from __future__ import annotations

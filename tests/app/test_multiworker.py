@@ -1,4 +1,4 @@
-"""Two daphne workers sharing PostgreSQL and Redis (issue 5 item 4, marker ``scaleout``).
+"""Two daphne workers sharing PostgreSQL and Redis (marker ``scaleout``; docs/turns.md "Delivery").
 
 Runs in the scale-out pass (``make test-scaleout``: ``DATABASE_URL`` on PostgreSQL and
 ``REDIS_URL`` set). The embedded default (SQLite file, in-memory layer) cannot share state

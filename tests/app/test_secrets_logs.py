@@ -1,4 +1,4 @@
-"""Provider keys never reach a browser or a log (issue 6 item 8; SPEC §3 "never … keys").
+"""Provider keys never reach a browser or a log (docs/security.md, threat 7).
 
 The key is a sentinel configured the ordinary way (``OPENAI_API_KEY`` + ``OPENAI_BASE_URL``,
 or ``JXAI_MODELS_JSON`` naming the variable), and the provider is a real server on

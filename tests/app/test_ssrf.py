@@ -1,6 +1,6 @@
 """Caller-supplied provider URLs (``X-Api-Base-URL``): off by default, and when on, never to
 private, loopback, link-local, multicast, reserved or metadata addresses — literal, IPv6,
-IPv4-mapped, legacy IPv4 forms, or a DNS name resolving to one (issue 6 item 5)."""
+IPv4-mapped, legacy IPv4 forms, or a DNS name resolving to one (docs/security.md, threat 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Concurrent turns on the real database (issue 7 "Database under concurrency"): twenty turns
+"""Concurrent turns on the real database (docs/store.md "One turn per conversation"): twenty turns
 at once finish with no "database is locked", and two simultaneous sends to one conversation
 give exactly one turn and one ``conflict``."""
 

@@ -1,4 +1,4 @@
-"""``conversation_search``: the requesting user's own conversations only (SPEC §4 built-in)."""
+"""``conversation_search``: the requesting user's own conversations only (docs/agent.md "Built-in tools")."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def test_tool_result_for_an_unknown_call_id_is_refused_and_writes_nothing(user: 
 
 
 def test_tool_result_never_crosses_the_turns_user_message(user: Any, clock: FakeClock) -> None:
-    """CS-15: a call id of an earlier turn is not answerable from a later turn."""
+    """A call id of an earlier turn is not answerable from a later turn (docs/store.md "Tool results")."""
     conversation, recorder = _start(user, clock, "turn one")
     recorder.tool_call_start("call_0", "add")
     assert recorder.finish_round(stop_reason="tool_calls", last=True)

@@ -1,4 +1,4 @@
-"""Transcript scenarios (seed §5, CS-1 … CS-32) replayed through the real store and database:
+"""Transcript scenarios (docs/store.md) replayed through the real store and database:
 scripted operations → the saved rows and the ``to_messages()`` wire, byte for byte."""
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def test_transcript_fixture(path: Path, user: Any, clock: FakeClock) -> None:
 
     with count_writes() as writes:
         wire = store.to_messages(conversation)
-    assert writes.count == 0, "building the wire must not write (CS-32)"
-    # Byte-for-byte: member order is part of the contract (CS-28, MC-17).
+    assert writes.count == 0, "building the wire must not write"
+    # Byte-for-byte: member order is part of the contract (docs/store.md "The OpenAI wire export").
     assert _compact(wire) == _compact(fixture["wire"])
     assert [message_row(m) for m in Message.objects.filter(conversation=conversation).order_by("position")] \
         == fixture["messages"], "building the wire must not change the transcript"

@@ -1,4 +1,4 @@
-"""Tools act as the user (issue 6 item 2): ``toolpolicy.tool_view_for`` against real
+"""Tools act as the user (docs/security.md, threat 2): ``toolpolicy.tool_view_for`` against real
 ``ToolPolicy`` rows, groups and superusers, exercised through the view's ``execute`` the way
 the agent loop calls it; and admin's "who may use it" from the same rule."""
 

@@ -1,4 +1,4 @@
-"""The turn runner: replay log, layer batching, failures, shutdown (issue 4 item 2)."""
+"""The turn runner: replay log, layer batching, failures, shutdown (docs/turns.md)."""
 
 from __future__ import annotations
 

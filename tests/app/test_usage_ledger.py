@@ -1,5 +1,6 @@
-"""The usage ledger and the database-backed limits (issue 6 item 3): exact F() increments,
-UTC days, the exact 60 s window, several worker processes at once, and admin's usage view."""
+"""The usage ledger and the database-backed limits (docs/security.md "Limits: why the
+database, and what it costs"): exact F() increments, UTC days, the exact 60 s window, several
+worker processes at once, and admin's usage view."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The chat page, login/logout pages, CSP header and static files (SPEC §7; issue 4 item 5,
-issue 6 items 1 and 6), through Django's test client and the real database."""
+"""The chat page, login/logout pages, CSP header and static files (docs/architecture.md "The chat page";
+docs/security.md, threats 1 and 6), through Django's test client and the real database."""
 
 from __future__ import annotations
 

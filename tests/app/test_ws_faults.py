@@ -1,4 +1,4 @@
-"""Secrets and faults on websocket turns (issue 6 items 7 and 8).
+"""Secrets and faults on websocket turns (docs/security.md, threat 7; docs/turns.md "Faults an operator can rely on").
 
 - a sentinel provider key echoed by a 401 provider reaches no websocket frame, no saved row
   and no log line;

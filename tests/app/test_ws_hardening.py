@@ -1,4 +1,4 @@
-"""Websocket hardening (issue 6 items 1, 4 and 8): cross-site handshakes, sockets that
+"""Websocket hardening (docs/security.md, threats 1, 4, 9 and 10): cross-site handshakes, sockets that
 outlive a logout, conversation list paging, and bad frames of every kind while a valid
 stream runs in another tab.
 

@@ -1,4 +1,5 @@
-"""The model registry (jxai_app.core.providers, SPEC §7): validation, lookup, listing, clients."""
+"""The model registry (jxai_app.core.providers; docs/architecture.md "Settings"): validation,
+lookup, listing, clients."""
 
 from __future__ import annotations
 

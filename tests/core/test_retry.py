@@ -1,5 +1,5 @@
 """RetryingClient: 429/5xx before any output are retried with bounded backoff, never after
-output began; cancellation during a wait; closing closes the attempt (issue 6 item 7)."""
+output began; cancellation during a wait; closing closes the attempt (docs/streaming.md "Retries")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The chat page in a real browser against the real server (issue 4 item 5, SPEC §7).
+"""The chat page in a real browser against the real server (docs/architecture.md "The chat page").
 
 Every test logs in through the login page, talks to daphne over a real websocket, and the
 answers come from the loopback fake provider (see ``conftest.py`` and ``scripted_model.py``).

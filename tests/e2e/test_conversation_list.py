@@ -1,5 +1,5 @@
 """The conversation list's paging in a real browser (docs/websocket.md "Safety additions": `list`
-with `before`, `next` only when another page follows; SPEC §7 "Chat page").
+with `before`, `next` only when another page follows; docs/architecture.md "The chat page").
 
 The test server runs with ``JXAI_CONVERSATIONS_PAGE_SIZE`` = :data:`PAGE_SIZE` (see
 ``conftest.py``); each test gives its user ``PAGE_SIZE + 5`` conversations, two of them with the

@@ -1,4 +1,4 @@
-"""What a newcomer does after ``make run`` (issue 5 acceptance), as one test in CI.
+"""What a newcomer does after ``make run`` (README "What `make run` does"), as one test in CI.
 
 The app is started the way ``make run`` starts it: ``python -m jxai_app.devtools.run`` (migrate,
 recover, demo user, the embedded Gemma 3 270M on llama.cpp, daphne) from this checkout's

@@ -1,4 +1,4 @@
-"""Model output is inert in the page (issue 6 item 6; issue 4 item 5).
+"""Model output is inert in the page (docs/security.md, threat 6).
 
 A prompt injection can make the model write anything. Its answer is rendered by marked and
 sanitised by DOMPurify with our hooks, under a CSP without ``unsafe-inline``. Each payload

@@ -1,4 +1,4 @@
-"""Assembling a round's assistant wire message from its stream events (SPEC §5; CS-28, CS-31, HA-32)."""
+"""Assembling a round's assistant wire message from its stream events (docs/agent.md "The round's assistant message")."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class RoundAssembly:
     def message(self) -> dict[str, Any] | None:
         """The assistant wire message, or ``None`` when the round drew nothing at all.
 
-        Shape (CS-28, CS-31): ``{"role": "assistant", "content": text | None
+        Shape (docs/store.md "The OpenAI wire export"): ``{"role": "assistant", "content": text | None
         [, "reasoning_content": …][, "tool_calls": [{"id", "type": "function",
         "function": {"name", "arguments"}}]]}``; ``content`` is ``None`` only when the round
         made calls and wrote no text; ``reasoning_content`` only when reasoning streamed.

@@ -1,4 +1,4 @@
-"""What the agent loop needs from its collaborators, and its policy (SPEC §2, §4, §5)."""
+"""What the agent loop needs from its collaborators, and its policy (docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ class Signal(Protocol):
 
 
 class ChatClient(Protocol):
-    """A streaming client (SPEC §2): ends with exactly one ``done`` or ``error``."""
+    """A streaming client (docs/streaming.md "The client interface"): ends with exactly one ``done`` or ``error``."""
 
     def stream_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], system_prompt: str,
                     *, signal: Any = None) -> AsyncIterator[StreamEvent]: ...
 
 
 class ToolSource(Protocol):
-    """A tool registry or gated view (SPEC §4): ``execute`` should never raise."""
+    """A tool registry or gated view (docs/agent.md "The tool registry"): ``execute`` should never raise."""
 
     def list_for_llm(self) -> list[dict[str, Any]]: ...
 
@@ -38,7 +38,7 @@ ContextFactory: TypeAlias = Callable[[str, str], Any]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AgentPolicy:
-    """Limits of one turn (SPEC §5; HA-24).
+    """Limits of one turn (docs/agent.md "Budgets", "Tool calls").
 
     Raises:
         ValueError: a count below 1 or a non-positive ``tool_timeout``.

@@ -1,4 +1,4 @@
-"""Running one round's tool calls: parsing, execution, results in call order (SPEC §4, §5; TI-1 … TI-6)."""
+"""Running one round's tool calls: parsing, execution, results in call order (docs/agent.md "Tool calls")."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _failed(error: str) -> dict[str, Any]:
 
 async def execute_call(call: Call, tools: ToolSource | None, context_factory: ContextFactory,
                        timeout: float | None) -> dict[str, Any]:
-    """Handle one call; never raises (SPEC §4; TI-1 … TI-6).
+    """Handle one call; never raises (docs/agent.md "Tool calls", "Execution never raises").
 
     Empty argument text means ``{}``; text that does not parse, or JSON that is not an
     object, never reaches the tools (``Failed to parse arguments: …``). A registry that

@@ -1,4 +1,4 @@
-"""The agent loop's own events, next to the streaming events they interleave with (SPEC §5).
+"""The agent loop's own events, next to the streaming events they interleave with (docs/agent.md "Rounds").
 
 Frozen keyword-only dataclasses like :mod:`jxai_app.core.streaming.events`, each with a literal
 ``type`` and a ``to_dict()`` giving the camelCase wire form::
@@ -79,7 +79,7 @@ class ToolResultEvent:
     success: bool
     result: dict[str, Any]
     """``{"success": true, "data": …[, "summary": …]}`` or ``{"success": false, "error": …}``,
-    normalised by a JSON round trip (TI-1)."""
+    normalised by a JSON round trip (docs/agent.md "Tool calls")."""
     message: dict[str, Any]
     """The ``{"role":"tool","tool_call_id","content"}`` wire message appended."""
     type: Literal["tool_result"] = field(default="tool_result", init=False)

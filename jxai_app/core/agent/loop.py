@@ -1,4 +1,4 @@
-"""The turn loop itself: rounds of one model request each, tool calls in between (SPEC §5).
+"""The turn loop itself: rounds of one model request each, tool calls in between (docs/agent.md "Rounds").
 
 See :mod:`jxai_app.core.agent` for the rules.
 """
@@ -26,7 +26,7 @@ from jxai_app.core.streaming.events import (
 __all__ = ["EMPTY_REPLY", "STOPPED", "cap_text", "run_turn"]
 
 EMPTY_REPLY = "The model sent back an empty reply."
-"""``turn_end.message`` of an ``empty`` turn (HA-20)."""
+"""``turn_end.message`` of an ``empty`` turn (docs/agent.md "How a turn ends")."""
 STOPPED = "The turn was stopped."
 """``turn_end.message`` of a ``cancelled`` turn."""
 
@@ -36,7 +36,7 @@ _STREAM_TYPES = (DeltaEvent, ReasoningEvent, ToolCallStartEvent, ToolCallDeltaEv
 
 def cap_text(*, budget: Literal["tool_rounds", "rounds"], limit: int, done: Sequence[str],
              errors: Sequence[str]) -> str:
-    """The message for a turn that ran out of budget (HA-29, reworded; model- and user-visible).
+    """The message for a turn that ran out of budget (docs/agent.md "Budgets"; model- and user-visible).
 
     Args:
         budget: which budget ran out. limit: its size.
@@ -53,7 +53,8 @@ def cap_text(*, budget: Literal["tool_rounds", "rounds"], limit: int, done: Sequ
 
 
 def _drawn_since_last_user(history: Sequence[Any]) -> bool:
-    """HA-22: a non-empty assistant message after the last user message (or anywhere, with none)."""
+    """Whether something was drawn before this turn: a non-empty assistant message after the last
+    user message (or anywhere, with none) (docs/agent.md "How a turn ends")."""
     for message in reversed(history):
         if not isinstance(message, Mapping):
             continue
@@ -130,7 +131,7 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
                 stream = await stream
             async for ev in stream:
                 if not isinstance(ev, _STREAM_TYPES):
-                    continue  # HA-15: unknown frames are ignored
+                    continue  # unknown event types are ignored (docs/agent.md "Rounds")
                 current.feed(ev)
                 yield ev
                 if current.terminal is not None:
@@ -188,6 +189,6 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
         errors += [text for _, text in sorted(tally.errors)]
         if tally.handled:
             usage["tool_rounds"] += 1
-        if stopped():  # after the last call: Stop never opens a round (HA-37)
+        if stopped():  # after the last call: Stop never opens a round (docs/agent.md "Stop")
             yield end("cancelled", STOPPED)
             return

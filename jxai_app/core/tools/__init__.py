@@ -1,4 +1,4 @@
-"""Tools the model may call: definitions, schema generation, registry, built-ins (SPEC §4).
+"""Tools the model may call: definitions, schema generation, registry, built-ins (docs/agent.md "The tool registry").
 
 Framework-free core: nothing here imports Django.
 

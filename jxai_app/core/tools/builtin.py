@@ -1,6 +1,6 @@
 """Built-in tools: the current date and time, safe arithmetic, search of one's own conversations.
 
-SPEC §4 asks for at least these three. ``search_conversations`` takes its search function
+(docs/agent.md "Built-in tools".) ``search_conversations`` takes its search function
 from the Django layer (``make_search_conversations_tool``) and searches only the requesting
 user's conversations: the owner always comes from the ``ToolContext``, never from arguments.
 """

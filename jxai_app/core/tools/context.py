@@ -1,4 +1,4 @@
-"""The context a tool receives with each call (SPEC §4, seed §2.10).
+"""The context a tool receives with each call (docs/agent.md "Tool context").
 
 Tools authorise in code from this object, never by trusting the prompt: the user comes
 from the authenticated session, not from the model's arguments.
@@ -21,7 +21,7 @@ class ToolContext:
         user: the requesting user (a Django user in the app layer; any object in the core).
             ``None`` for a detached context; tools that read per-user data must refuse then.
         conversation_id: the conversation the turn belongs to, or ``None``.
-        call_id: the model's tool-call id (``""`` for a detached context, seed TC-5).
+        call_id: the model's tool-call id (``""`` for a detached context).
         signal: the turn's cancel signal; set means "stop as soon as you can". ``None``
             means the call can never be cancelled.
         model: the model alias (or provider model id) that asked for the call, or ``None``.
@@ -35,7 +35,7 @@ class ToolContext:
 
     @classmethod
     def detached(cls) -> ToolContext:
-        """A context with no user, no conversation, call id ``""`` and no signal (seed TC-5)."""
+        """A context with no user, no conversation, call id ``""`` and no signal."""
         return cls()
 
     @property

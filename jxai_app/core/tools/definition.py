@@ -1,4 +1,4 @@
-"""Tool definitions, result helpers and the ``@tool`` decorator (SPEC §4, seed TR-13, TR-14).
+"""Tool definitions, result helpers and the ``@tool`` decorator (docs/agent.md "Definitions").
 
 A tool result is a JSON object the model reads back::
 
@@ -32,7 +32,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function-name rule
 
 
 def tool_success(data: Any, summary: str | None = None) -> dict[str, Any]:
-    """A successful tool result (seed TR-14).
+    """A successful tool result (docs/agent.md "Definitions").
 
     Args:
         data: any JSON-serialisable value.
@@ -48,7 +48,7 @@ def tool_success(data: Any, summary: str | None = None) -> dict[str, Any]:
 
 
 def tool_error(message: str) -> dict[str, Any]:
-    """A failed tool result (seed TR-14): ``{"success": False, "error": message}``."""
+    """A failed tool result (docs/agent.md "Definitions"): ``{"success": False, "error": message}``."""
     return {"success": False, "error": str(message)}
 
 
@@ -66,7 +66,7 @@ def as_tool_result(value: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ToolDefinition:
-    """One tool the model may call (SPEC §4).
+    """One tool the model may call (docs/agent.md "Definitions").
 
     Attributes:
         name: the function name the model uses; 1–64 of ``[A-Za-z0-9_-]`` (OpenAI's rule).
@@ -74,8 +74,7 @@ class ToolDefinition:
         parameters: the JSON Schema (Draft 2020-12) of the arguments object.
         execute: ``execute(args, context)``, sync (run in a thread) or async (awaited);
             returns a result dict (``tool_success``/``tool_error``) or plain JSON data.
-        strict: validate arguments against ``parameters`` before executing (seed TR-13:
-            on by default). Unrelated to ``llm_strict``.
+        strict: validate arguments against ``parameters`` before executing (on by default). Unrelated to ``llm_strict``.
         llm_strict: add ``"strict": true`` to the provider listing (OpenAI strict function
             calling; the listed schema is rewritten to the strict subset). Off by default.
         timeout: seconds the call may take before it is answered with a failed result;

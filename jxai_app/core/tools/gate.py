@@ -1,7 +1,7 @@
-"""A per-turn view of a registry: only the tools a predicate accepts, with call caps (SPEC §4).
+"""A per-turn view of a registry: only the tools a predicate accepts, with call caps (docs/agent.md "Gated views").
 
 The view never mutates the registry. The predicate is re-evaluated every time the view is
-read (the loop re-reads the tool list each round, SPEC §5), so a permission revoked
+read (the loop re-reads the tool list each round, docs/agent.md "Rounds"), so a permission revoked
 mid-turn takes effect at the next round. A model that names a tool it was not offered gets
 a failed result, even when the tool exists. A predicate that raises hides the tool.
 """

@@ -1,10 +1,9 @@
 """The steps of one tool call: parse the arguments, run the tool, normalise the result.
 
-Each step answers with a failed result instead of raising (SPEC §4). The model-visible
-prefixes are the seed's and stay frozen (TI-9): ``Failed to parse arguments: `` (TI-3),
-``Unknown tool: "<name>"`` (TR-10), ``Tool "<name>" execution error: `` (TR-9),
-``Tool "<name>" returned a result that cannot be serialized: `` (TI-6),
-``Validation failed: `` (TR-10).
+Each step answers with a failed result instead of raising (docs/agent.md "Execution never
+raises"). The model-visible prefixes stay stable: ``Failed to parse arguments: ``,
+``Unknown tool: "<name>"``, ``Tool "<name>" execution error: ``,
+``Tool "<name>" returned a result that cannot be serialized: ``, ``Validation failed: ``.
 """
 
 from __future__ import annotations
@@ -47,7 +46,7 @@ def _json_kind(value: Any) -> str:
 
 
 def parse_arguments(arguments: str | Mapping[str, Any] | None, max_chars: int) -> dict[str, Any] | str:
-    """Decode a call's argument text (TI-2, TI-3).
+    """Decode a call's argument text (docs/agent.md "Tool calls": empty is ``{}``, only an object passes).
 
     Args:
         arguments: the JSON text the model produced (``None``, ``""`` or blanks mean ``{}``),
@@ -99,10 +98,10 @@ async def run_definition(defn: ToolDefinition, args: dict[str, Any], context: To
     Args:
         defn: the tool.
         args: the prepared arguments.
-        context: the call's context, handed to the tool as is (TR-11).
+        context: the call's context, handed to the tool as is (docs/agent.md "Tool context").
 
     Returns:
-        What the tool returned, or a failed result for an exception (TR-9) or a timeout.
+        What the tool returned, or a failed result for an exception or a timeout.
 
     Raises:
         asyncio.CancelledError: the caller itself was cancelled.
@@ -132,7 +131,7 @@ def _json_default(value: Any) -> Any:
 
 
 def normalise_result(name: str, value: Any, max_chars: int) -> dict[str, Any]:
-    """Make a tool's return value a JSON-safe result dict (TI-1, TI-6, TI-7).
+    """Make a tool's return value a JSON-safe result dict (docs/agent.md "Execution never raises").
 
     The value is wrapped by ``as_tool_result`` and sent through a JSON round trip
     (datetimes, dates and times become ISO strings, enums their values, sets lists, UUIDs

@@ -1,4 +1,4 @@
-"""The tool registry and the read interface it shares with gated views (SPEC §4, seed §2.9).
+"""The tool registry and the read interface it shares with gated views (docs/agent.md "The tool registry").
 
 Everything the agent loop needs goes through ``ToolView``: ``list``, ``list_for_llm``,
 ``get_definition``, ``validate`` and ``execute``. ``ToolRegistry`` holds the definitions;
@@ -32,7 +32,7 @@ logger = logging.getLogger("jxai_app.core.tools")
 
 
 def llm_listing(defn: ToolDefinition) -> dict[str, Any]:
-    """One tool in OpenAI function-calling shape (TR-2).
+    """One tool in OpenAI function-calling shape (docs/agent.md "Listing for the model").
 
     Returns:
         ``{"type": "function", "function": {"name", "description", "parameters"}}``, with
@@ -54,7 +54,7 @@ class ToolView(ABC):
 
     @abstractmethod
     def list(self) -> list[ToolDefinition]:
-        """The definitions offered, in registration order (TR-1)."""
+        """The definitions offered, in registration order."""
 
     @abstractmethod
     def get_definition(self, name: str) -> ToolDefinition | None:
@@ -97,7 +97,7 @@ class ToolView(ABC):
         return f'Unknown tool: "{name}"'
 
     def validate(self, name: str, args: Any) -> builtins.list[str]:
-        """Check arguments against the tool's schema (TR-4 … TR-8).
+        """Check arguments against the tool's schema (docs/agent.md "Validation").
 
         Args:
             name: the tool name.
@@ -122,17 +122,17 @@ class ToolView(ABC):
         arguments_json: str | Mapping[str, Any] | None,
         context: ToolContext | None = None,
     ) -> dict[str, Any]:
-        """Run one tool call; never raises (SPEC §4).
+        """Run one tool call; never raises (docs/agent.md "Execution never raises").
 
         Unknown or not offered tool, a call over its per-turn cap, unparseable or
-        non-object arguments (TI-2, TI-3), failed validation (TR-10), an exception in the
-        tool (TR-9), a timeout, and an unserialisable or oversized result (TI-6) all come
+        non-object arguments, failed validation, an exception in the
+        tool, a timeout, and an unserialisable or oversized result all come
         back as ``{"success": False, "error": "<sentence>"}``.
 
         Args:
             name: the tool the model named.
             arguments_json: the model's argument text (``""`` means ``{}``), or a mapping.
-            context: handed to the tool as is; ``None`` gives a detached context (TR-11).
+            context: handed to the tool as is; ``None`` gives a detached context (docs/agent.md "Tool context").
 
         Returns:
             The normalised result dict (``{"success": True, "data": …[, "summary"]}`` or
@@ -165,12 +165,11 @@ class ToolView(ABC):
 
 
 class ToolRegistry(ToolView):
-    """The tools a deployment offers, in registration order (SPEC §4, seed §2.9).
+    """The tools a deployment offers, in registration order (docs/agent.md "The tool registry").
 
     Args:
         definitions: definitions to register at once.
-        max_argument_chars: the longest argument text a call may carry (a bound the seed
-            lacked, seed §6).
+        max_argument_chars: the longest argument text a call may carry.
         max_result_chars: the longest result JSON a tool may return to the model.
     """
 
@@ -192,7 +191,7 @@ class ToolRegistry(ToolView):
         return self
 
     def register(self, defn: ToolDefinition) -> ToolDefinition:
-        """Add a definition; registering a name again warns and replaces it (TR-3).
+        """Add a definition; registering a name again warns and replaces it.
 
         Args:
             defn: the definition (``@tool`` produces one).

@@ -1,6 +1,6 @@
-"""JSON Schema (Draft 2020-12) from a function's type hints and Google-style docstring (SPEC §4).
+"""JSON Schema (Draft 2020-12) from a function's type hints and Google-style docstring (docs/agent.md "Definitions").
 
-The rules, in the spirit of pydantic-ai's ``_function_schema.py`` (STYLE.md example 5):
+The rules, in the spirit of pydantic-ai's ``_function_schema.py``:
 
 * ``str`` → ``string``, ``int`` → ``integer``, ``float`` → ``number``, ``bool`` → ``boolean``,
   ``list[X]`` / ``tuple[X, ...]`` / ``set[X]`` → ``array`` of ``X``, ``dict[str, X]`` → ``object``
@@ -16,8 +16,8 @@ The rules, in the spirit of pydantic-ai's ``_function_schema.py`` (STYLE.md exam
 
 ``openai_strict_schema`` rewrites a schema for OpenAI's ``strict: true`` function calling
 (every object closed, every property required, optional properties made nullable, ``default``
-dropped), used only in the wire listing of tools with ``llm_strict`` (seed §7: non-compliant
-schemas sent with ``strict: true`` were rejected by the provider).
+dropped), used only in the wire listing of tools with ``llm_strict`` (a schema sent with ``strict: true``
+that is not strict-compliant is rejected by the provider; docs/agent.md "Listing for the model").
 """
 
 from __future__ import annotations

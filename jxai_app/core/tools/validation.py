@@ -1,12 +1,12 @@
-"""Argument preparation and JSON Schema validation for tool calls (SPEC §4, seed TR-5 … TR-8).
+"""Argument preparation and JSON Schema validation for tool calls (docs/agent.md "Validation").
 
 Before validation the arguments are *prepared*:
 
 * ``null`` for a property whose schema does not accept ``null`` counts as absent: the key is
-  dropped, so a required argument is reported missing (SPEC §4, TR-5) and an optional one
+  dropped, so a required argument is reported missing and an optional one
   takes its default.
 * numeric strings are coerced to numbers for ``number``/``integer`` properties, at any depth
-  of ``properties``/``items`` (SPEC §4; the seed accepted but did not convert them, TR-6).
+  of ``properties``/``items``.
   ``"42"`` → ``42``, ``"2.5"`` → ``2.5``; an integral float for an ``integer`` property
   becomes an ``int``. Strings that are not numbers are left alone and fail validation with
   a sentence containing "non-numeric".
@@ -93,7 +93,7 @@ def _prepare_object(schema: Mapping[str, Any], value: Mapping[str, Any]) -> dict
         if not isinstance(sub, Mapping):
             out[key] = item
         elif item is None and not _accepts_null(sub):
-            continue  # null means absent (SPEC §4)
+            continue  # null means absent (docs/agent.md "Validation")
         else:
             out[key] = _coerce(sub, item)
     return out

@@ -1,4 +1,4 @@
-"""``manage.py create_api_token <username> [--name NAME]``: issue a jxai API token (SPEC §7).
+"""``manage.py create_api_token <username> [--name NAME]``: issue a jxai API token (docs/api.md "Authentication").
 
 The plaintext token is printed once on standard output (nothing else goes there, so it can
 be captured: ``TOKEN=$(manage.py create_api_token alice)``); only its SHA-256 hash and a

@@ -1,7 +1,7 @@
 """``manage.py ensure_demo_user``: a first account for ``make run`` on a fresh database.
 
 When no user exists, creates ``demo`` (or ``--username``) with a freshly generated password and
-prints both once (issue 5, item 2: never a fixed password). When users exist, it changes
+prints both once (never a fixed password). When users exist, it changes
 nothing and prints nothing secret.
 """
 

@@ -1,6 +1,6 @@
 """``manage.py runlocalmodel``: serve the embedded Gemma 3 270M on 127.0.0.1 until Ctrl-C.
 
-A thin wrapper over :mod:`jxai_app.ops.localmodel` (issue 5, item 1): assemble and verify the GGUF,
+A thin wrapper over :mod:`jxai_app.ops.localmodel` (README "The embedded local model"): assemble and verify the GGUF,
 start ``python -m llama_cpp.server`` as a child, wait until ``GET /v1/models`` answers, and stop
 the child on SIGINT/SIGTERM. Point the app at it with ``JXAI_LOCAL_MODEL_URL`` (the default,
 ``http://127.0.0.1:8081/v1``, matches the default port).

@@ -1,4 +1,4 @@
-"""The agent loop's rounds, events and outcomes (SPEC §5; seed HA-12 … HA-23, HA-38, CS-28 … CS-31)."""
+"""The agent loop's rounds, events and outcomes (docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ async def test_assistant_message_shape_content_reasoning_and_calls() -> None:
         {"id": "b", "type": "function", "function": {"name": "f", "arguments": ""}}]
     assert second == {"role": "assistant", "content": None,
                       "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
-    # CS-31: reasoning goes back on the turn that streamed it, and only there
+    # reasoning goes back on the turn that streamed it, and only there
     assert client.sent(1)[1]["reasoning_content"] == "think more"
     assert "reasoning_content" not in client.sent(2)[4]
 

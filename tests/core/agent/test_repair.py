@@ -1,4 +1,4 @@
-"""History repair before each request (jxai_app.core.repair; seed RP-1 … RP-15, CS-30, MC-10, MC-15)."""
+"""History repair before each request (jxai_app.core.repair; docs/agent.md "History repair")."""
 
 from __future__ import annotations
 

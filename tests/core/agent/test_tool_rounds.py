@@ -1,5 +1,5 @@
-"""Tool calls inside the loop: bad input, concurrency and order, Stop, budgets (SPEC §4, §5;
-seed TI-1 … TI-6, HA-24 … HA-39)."""
+"""Tool calls inside the loop: bad input, concurrency and order, Stop, budgets (docs/agent.md "Tool calls",
+"Stop", "Budgets")."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ async def test_bad_input_becomes_a_failed_result_the_model_sees(case: str, name:
     assert turn.end.outcome == "complete"
     assert turn.end.appended[-1] == {"role": "assistant", "content": "Sorry, that failed."}
     if case.startswith("args"):
-        assert tools.executed == []  # TI-3: never reaches the tools
+        assert tools.executed == []  # unparseable arguments never reach the tools
 
 
 @pytest.mark.parametrize("args", ["", "   "])

@@ -1,4 +1,4 @@
-"""The transcript corpus (seed §5, our own fixtures in tests/data/transcripts/): scripted rounds
+"""The transcript corpus (our own fixtures in tests/data/transcripts/): scripted rounds
 in, the exact wire of every request and the appended messages out, compared byte for byte."""
 
 from __future__ import annotations

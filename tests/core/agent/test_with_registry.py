@@ -1,4 +1,4 @@
-"""The loop with the real ToolRegistry and gated views (SPEC §4, §5): bad input reaches the
+"""The loop with the real ToolRegistry and gated views (docs/agent.md "The tool registry"): bad input reaches the
 model as failed results, the per-tool timeout holds, the gate is re-read every round."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Built-in tools: date/time, safe arithmetic, search of one's own conversations (SPEC §4)."""
+"""Built-in tools: date/time, safe arithmetic, search of one's own conversations (docs/agent.md "Built-in tools")."""
 
 from __future__ import annotations
 

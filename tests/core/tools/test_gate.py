@@ -1,4 +1,4 @@
-"""Gated views: per-turn filtering and call caps without touching the registry (SPEC §4)."""
+"""Gated views: per-turn filtering and call caps without touching the registry (docs/agent.md "Gated views")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ToolRegistry: listing, strict vs llm_strict, and execute's never-raising failures (SPEC §4)."""
+"""ToolRegistry: listing, strict vs llm_strict, and execute's never-raising failures (docs/agent.md "The tool registry")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""JSON Schema generation from type hints and docstrings (jxai_app.core.tools.schema, SPEC §4)."""
+"""JSON Schema generation from type hints and docstrings (jxai_app.core.tools.schema; docs/agent.md "Definitions")."""
 
 from __future__ import annotations
 

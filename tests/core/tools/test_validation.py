@@ -1,4 +1,4 @@
-"""Argument preparation and validation (SPEC §4: JSON Schema, coercion, null as missing)."""
+"""Argument preparation and validation (docs/agent.md "Validation": JSON Schema, coercion, null as missing)."""
 
 from __future__ import annotations
 

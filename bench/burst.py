@@ -1,4 +1,4 @@
-"""Burst benchmark (issue 12 item 5): N sends (default 200) arriving within one second at one
+"""Burst benchmark (docs/turns.md "Faults an operator can rely on", a burst of sends): N sends (default 200) arriving within one second at one
 real daphne worker, each from its own user and websocket, each into its own conversation.
 
 Measures, for each send, the time from the client's ``send`` frame to the fake provider

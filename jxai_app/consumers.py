@@ -6,7 +6,7 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 :mod:`jxai_app.turns` and :mod:`jxai_app.store`.
 
 - Anonymous connections are accepted and closed at once with code **4401**. A foreign
-  ``Origin`` is refused at the handshake by ``AllowedHostsOriginValidator`` (``project/asgi.py``).
+  ``Origin`` is refused at the handshake by ``SameOriginValidator`` (``project/asgi.py``).
 - An open socket re-checks its login every ``JXAI_WS_SESSION_CHECK_SECONDS`` (default 30):
   when the session was logged out or flushed, or the user was deactivated or deleted, it
   closes with **4401** (docs/security.md, threat 10).

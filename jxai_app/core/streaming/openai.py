@@ -30,6 +30,7 @@ from jxai_app.core.streaming.fault import UpstreamFault, error_event_fault, prov
 from jxai_app.core.streaming.pool import ConnectionPool
 from jxai_app.core.streaming.sse import DONE, parse_payload
 from jxai_app.core.streaming.toolcalls import ToolCallAssembler, generated_call_id
+from jxai_app.core.streaming.usage import token_count, usage_event
 
 _FINISH: Final[dict[str, StopReason]] = {
     "stop": "stop",
@@ -41,35 +42,29 @@ _FINISH: Final[dict[str, StopReason]] = {
 """Provider finish reasons we know; anything else is ignored (SPEC §2)."""
 
 
-def _count(value: Any) -> int | None:
-    if type(value) is int:
-        return value if value >= 0 else None
-    if type(value) is float and value >= 0 and value.is_integer():
-        return int(value)
-    return None
-
-
 def map_usage(usage: Any) -> UsageEvent | None:
-    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19).
+    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19; docs/providers.md "Token counts").
 
     ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
-    ``completion_tokens`` or 0; ``cachedInputTokens`` ← ``prompt_tokens_details.cached_tokens``
-    and ``reasoningTokens`` ← ``completion_tokens_details.reasoning_tokens`` only when numbers.
+    ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when
+    ``total_tokens`` shows them billed on top (xAI; :func:`~.usage.usage_event`);
+    ``cachedInputTokens`` ← ``prompt_tokens_details.cached_tokens`` and ``reasoningTokens`` ←
+    ``completion_tokens_details.reasoning_tokens`` only when numbers.
     Returns ``None`` when there is no numeric ``prompt_tokens``.
     """
     if type(usage) is not dict:
         return None
-    prompt = _count(usage.get("prompt_tokens"))
+    prompt = token_count(usage.get("prompt_tokens"))
     if prompt is None:
         return None
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
-    return UsageEvent(
+    return usage_event(
         input_tokens=prompt,
-        output_tokens=_count(usage.get("completion_tokens")) or 0,
-        cached_input_tokens=_count(prompt_details.get("cached_tokens")) if type(prompt_details) is dict else None,
-        reasoning_tokens=_count(completion_details.get("reasoning_tokens"))
-        if type(completion_details) is dict else None,
+        output=usage.get("completion_tokens"),
+        cached=prompt_details.get("cached_tokens") if type(prompt_details) is dict else None,
+        reasoning=completion_details.get("reasoning_tokens") if type(completion_details) is dict else None,
+        total=usage.get("total_tokens"),
     )
 
 
@@ -83,6 +78,33 @@ def _arguments(value: Any) -> str:
 
 def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
+
+
+def content_parts(parts: list[Any], out: list[StreamEvent]) -> None:
+    """A ``content`` sent as a list of typed parts (Mistral's reasoning models;
+    docs/providers.md "Mistral") → events appended to ``out`` in the parts' order.
+
+    ``{"type": "text", "text": s}`` gives a ``delta``; ``{"type": "thinking", "thinking": x}``
+    gives a ``reasoning`` whose text is ``x`` when a string, else the joined ``text`` of the
+    text parts listed in ``x``. Empty text and parts of any other type (or shape) are skipped,
+    never the parts around them.
+    """
+    for part in parts:
+        if type(part) is not dict:
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text = _text(part.get("text"))
+            if text is not None:
+                out.append(DeltaEvent(content=text))
+        elif kind == "thinking":
+            thought = part.get("thinking")
+            if type(thought) is list:
+                thought = "".join(p["text"] for p in thought
+                                  if type(p) is dict and p.get("type") == "text" and type(p.get("text")) is str)
+            text = _text(thought)
+            if text is not None:
+                out.append(ReasoningEvent(content=text))
 
 
 def _reasoning(message: dict[str, Any]) -> str | None:
@@ -159,6 +181,8 @@ class OpenAINormaliser:
                 out.append(DeltaEvent(content=content))
                 if len(delta) == 1:  # the common text-only delta: nothing else to look for
                     delta = None
+            elif content and type(content) is list:
+                content_parts(content, out)
         if delta:
             reasoning = _reasoning(delta)
             if reasoning is not None:
@@ -213,6 +237,8 @@ class OpenAINormaliser:
         content = message.get("content")
         if content and type(content) is str:
             out.append(DeltaEvent(content=content))
+        elif content and type(content) is list:
+            content_parts(content, out)
         calls = message.get("tool_calls")
         if type(calls) is not list:
             calls = [dict(message["function_call"], id=None)] if type(message.get("function_call")) is dict else []

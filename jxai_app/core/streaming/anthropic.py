@@ -52,6 +52,7 @@ from jxai_app.core.streaming.events import (
     UsageEvent,
 )
 from jxai_app.core.streaming.fault import UpstreamFault, provider_error_fault
+from jxai_app.core.streaming.openai import text_of
 from jxai_app.core.streaming.pool import ConnectionPool
 
 ANTHROPIC_VERSION: Final[str] = "2023-06-01"
@@ -229,20 +230,9 @@ class AnthropicNormaliser:
         return out + self._end()
 
 
-def _text_of(content: Any) -> str:
-    """Plain text of an OpenAI message content (a string or a list of parts)."""
-    if content is None:
-        return ""
-    if type(content) is str:
-        return content
-    if type(content) is list:
-        return "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
-    return str(content)
-
-
 def _user_blocks(content: Any) -> Any:
     if type(content) is not list:
-        return _text_of(content)
+        return text_of(content)
     blocks: list[dict[str, Any]] = []
     for part in content:
         if type(part) is not dict:
@@ -287,16 +277,16 @@ def convert_messages(messages: Sequence[Mapping[str, Any]], system_prompt: str) 
                 results = []
                 out.append({"role": "user", "content": results})
             results.append({"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""),
-                            "content": _text_of(content)})
+                            "content": text_of(content)})
             continue
         results = None
         if role in ("system", "developer"):
-            if _text_of(content):
-                system_parts.append(_text_of(content))
+            if text_of(content):
+                system_parts.append(text_of(content))
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
-            if _text_of(content):
-                blocks.append({"type": "text", "text": _text_of(content)})
+            if text_of(content):
+                blocks.append({"type": "text", "text": text_of(content)})
             for call in message.get("tool_calls") or ():
                 function = call.get("function") if type(call) is dict else None
                 if type(function) is dict:

@@ -30,7 +30,7 @@ from jxai_app.core.streaming.fault import UpstreamFault, error_event_fault, prov
 from jxai_app.core.streaming.pool import ConnectionPool
 from jxai_app.core.streaming.sse import DONE, parse_payload
 from jxai_app.core.streaming.toolcalls import ToolCallAssembler, generated_call_id
-from jxai_app.core.streaming.usage import token_count, usage_event
+from jxai_app.core.streaming.usage import usage_from
 
 _FINISH: Final[dict[str, StopReason]] = {
     "stop": "stop",
@@ -47,25 +47,12 @@ def map_usage(usage: Any) -> UsageEvent | None:
 
     ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
     ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when
-    ``total_tokens`` shows them billed on top (xAI; :func:`~.usage.usage_event`);
-    ``cachedInputTokens`` ← ``prompt_tokens_details.cached_tokens`` and ``reasoningTokens`` ←
-    ``completion_tokens_details.reasoning_tokens`` only when numbers.
+    ``total_tokens`` shows them billed on top (xAI); ``cachedInputTokens`` ←
+    ``prompt_tokens_details.cached_tokens`` and ``reasoningTokens`` ←
+    ``completion_tokens_details.reasoning_tokens`` only when numbers (:func:`~.usage.usage_from`).
     Returns ``None`` when there is no numeric ``prompt_tokens``.
     """
-    if type(usage) is not dict:
-        return None
-    prompt = token_count(usage.get("prompt_tokens"))
-    if prompt is None:
-        return None
-    prompt_details = usage.get("prompt_tokens_details")
-    completion_details = usage.get("completion_tokens_details")
-    return usage_event(
-        input_tokens=prompt,
-        output=usage.get("completion_tokens"),
-        cached=prompt_details.get("cached_tokens") if type(prompt_details) is dict else None,
-        reasoning=completion_details.get("reasoning_tokens") if type(completion_details) is dict else None,
-        total=usage.get("total_tokens"),
-    )
+    return usage_from(usage, "prompt", "completion")
 
 
 def _arguments(value: Any) -> str:
@@ -78,6 +65,18 @@ def _arguments(value: Any) -> str:
 
 def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
+
+
+def text_of(content: Any) -> str:
+    """Plain text of an OpenAI wire message's ``content``: a string, or the joined ``text`` of
+    a list of parts (other parts, e.g. images, give nothing); ``None`` gives ``""``."""
+    if content is None:
+        return ""
+    if type(content) is str:
+        return content
+    if type(content) is list:
+        return "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
+    return str(content)
 
 
 def content_parts(parts: list[Any], out: list[StreamEvent]) -> None:
@@ -280,12 +279,15 @@ class OpenAIChatClient(BaseChatClient):
         transport: an ``httpx`` transport instead of the network (tests).
         max_tokens: sent as ``max_tokens`` when set.
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
+        reasoning_effort: sent as ``reasoning_effort`` when set (OpenAI's reasoning models;
+            Gemini maps it to its thinking budget, docs/providers.md "Gemini").
     """
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None, temperature: float | None = None,
                  tool_choice: Any = "auto", extra_headers: Mapping[str, str] | None = None,
                  timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 max_tokens: int | None = None, pool: ConnectionPool | None = None) -> None:
+                 max_tokens: int | None = None, pool: ConnectionPool | None = None,
+                 reasoning_effort: str | None = None) -> None:
         super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -293,11 +295,13 @@ class OpenAIChatClient(BaseChatClient):
         self.temperature = temperature
         self.tool_choice = tool_choice
         self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort
 
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
         """Body members in GW-15 order: model, messages (system first, SC-1), stream,
-        stream_options, [temperature], [max_tokens], [tools, tool_choice, parallel_tool_calls]."""
+        stream_options, [temperature], [max_tokens], [reasoning_effort], [tools, tool_choice,
+        parallel_tool_calls]."""
         headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
         body: dict[str, Any] = {
             "model": self.model,
@@ -309,9 +313,11 @@ class OpenAIChatClient(BaseChatClient):
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages, tools)
+            body["tool_choice"] = tool_choice_for(self.tool_choice, messages, tools)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
@@ -329,7 +335,7 @@ def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return message
 
 
-def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
+def tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
                      tools: Sequence[Mapping[str, Any]]) -> Any:
     """The ``tool_choice`` of one request (jxai's rule, not a provider's).
 

@@ -44,3 +44,26 @@ def usage_event(*, input_tokens: int, output: Any, cached: Any, reasoning: Any, 
         out += thought
     return UsageEvent(input_tokens=input_tokens, output_tokens=out, cached_input_tokens=token_count(cached),
                       reasoning_tokens=thought)
+
+
+def usage_from(usage: Any, input_name: str, output_name: str) -> UsageEvent | None:
+    """A provider's usage object whose members are named ``<input_name>_tokens``,
+    ``<output_name>_tokens``, ``<input_name>_tokens_details.cached_tokens``,
+    ``<output_name>_tokens_details.reasoning_tokens`` and ``total_tokens`` (``"prompt"`` /
+    ``"completion"`` for chat completions, ``"input"`` / ``"output"`` for the Responses API)
+    → :func:`usage_event`; ``None`` when ``usage`` is not an object or its input count is not
+    a count."""
+    if type(usage) is not dict:
+        return None
+    prompt = token_count(usage.get(input_name + "_tokens"))
+    if prompt is None:
+        return None
+    input_details = usage.get(input_name + "_tokens_details")
+    output_details = usage.get(output_name + "_tokens_details")
+    return usage_event(
+        input_tokens=prompt,
+        output=usage.get(output_name + "_tokens"),
+        cached=input_details.get("cached_tokens") if type(input_details) is dict else None,
+        reasoning=output_details.get("reasoning_tokens") if type(output_details) is dict else None,
+        total=usage.get("total_tokens"),
+    )

@@ -119,12 +119,14 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 class OpenAINormaliser:
     """Chat-completion chunks → normalised events, for one response (SPEC §2 rules)."""
 
-    __slots__ = ("calls", "finish", "usage")
+    __slots__ = ("calls", "finish", "usage", "extras")
 
-    def __init__(self) -> None:
+    def __init__(self, extras: dict[str, dict[str, Any]] | None = None) -> None:
         self.calls = ToolCallAssembler()
         self.finish: StopReason | None = None
         self.usage: UsageEvent | None = None
+        self.extras = extras if extras is not None else {}
+        """Call id → the ``extra_content`` object a tool call carried (docs/providers.md "Gemini")."""
 
     def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event: an ``error`` event, ``[DONE]``, noise, or a chunk object."""
@@ -216,6 +218,13 @@ class OpenAINormaliser:
                 function = {}
             self.calls.fragment(index, _text(fragment.get("id")), _text(function.get("name")),
                                 _arguments(function.get("arguments")), out)
+            self._keep_extra(self.calls.open_id(index), fragment)
+
+    def _keep_extra(self, call_id: str | None, call: dict[str, Any]) -> None:
+        """Remember a tool call's non-empty ``extra_content`` object under its id."""
+        extra = call.get("extra_content")
+        if call_id is not None and type(extra) is dict and extra:
+            self.extras[call_id] = extra
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
         """A whole (non-streamed) chat completion → the events a stream would give (SPEC §2)."""
@@ -248,6 +257,7 @@ class OpenAINormaliser:
             if type(function) is not dict:
                 continue
             call_id = _text(call.get("id")) or generated_call_id(index)
+            self._keep_extra(call_id, call)
             out.append(ToolCallStartEvent(id=call_id, name=_text(function.get("name")) or ""))
             args = _arguments(function.get("arguments"))
             if args:
@@ -281,6 +291,10 @@ class OpenAIChatClient(BaseChatClient):
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
         reasoning_effort: sent as ``reasoning_effort`` when set (OpenAI's reasoning models;
             Gemini maps it to its thinking budget, docs/providers.md "Gemini").
+
+    A tool call that arrives with an ``extra_content`` object (Gemini's thought signature) gets
+    it back when the same client sends that call in a later request of the turn (the agent loop
+    uses one client per turn); Gemini 3 answers 400 to a call of the current turn without it.
     """
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None, temperature: float | None = None,
@@ -296,6 +310,8 @@ class OpenAIChatClient(BaseChatClient):
         self.tool_choice = tool_choice
         self.max_tokens = max_tokens
         self.reasoning_effort = reasoning_effort
+        self._extras: dict[str, dict[str, Any]] = {}
+        """Call id → ``extra_content`` received with that call, for this client's life (one turn)."""
 
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
@@ -305,7 +321,7 @@ class OpenAIChatClient(BaseChatClient):
         headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "system", "content": system_prompt}, *map(_wire_message, messages)],
+            "messages": [{"role": "system", "content": system_prompt}, *map(self._outgoing, messages)],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -322,7 +338,20 @@ class OpenAIChatClient(BaseChatClient):
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
     def _normaliser(self) -> Normaliser:
-        return OpenAINormaliser()
+        return OpenAINormaliser(self._extras)
+
+    def _outgoing(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One history message as sent (:func:`_wire_message`), its tool calls carrying again
+        the ``extra_content`` this client received with them (Gemini's thought signatures,
+        docs/providers.md "Gemini")."""
+        message = _wire_message(message)
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls or not self._extras or type(calls) is not list:
+            return message
+        echoed = [dict(call, extra_content=self._extras[call["id"]])
+                  if type(call) is dict and call.get("id") in self._extras and "extra_content" not in call else call
+                  for call in calls]
+        return {**message, "tool_calls": echoed}
 
 
 def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:

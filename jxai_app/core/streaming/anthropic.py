@@ -18,8 +18,9 @@ Anthropic event            normalised
 ``content_block_delta``    ``text_delta`` → ``delta``; ``input_json_delta`` →
                            ``tool_call_delta``; ``thinking_delta`` → ``reasoning``
 ``content_block_stop``     of a ``tool_use`` block → ``tool_call_end``
-``message_delta``          stop reason (``end_turn``/``stop_sequence`` → stop, ``tool_use``
-                           → tool_calls, ``max_tokens`` → length, ``refusal`` →
+``message_delta``          stop reason (``end_turn``/``stop_sequence``/``pause_turn`` → stop,
+                           ``tool_use`` → tool_calls, ``max_tokens`` and
+                           ``model_context_window_exceeded`` → length, ``refusal`` →
                            content_filter); output usage
 ``message_stop``           ``usage`` + ``done``; anything after is ignored
 ``ping``                   ignored
@@ -63,6 +64,7 @@ _STOP: Final[dict[str, StopReason]] = {
     "pause_turn": "stop",
     "tool_use": "tool_calls",
     "max_tokens": "length",
+    "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
 

@@ -114,7 +114,8 @@ async def test_thinking_text_and_tool_use() -> None:
 
 @pytest.mark.parametrize(("reason", "expected"), [("end_turn", "stop"), ("stop_sequence", "stop"),
                                                   ("max_tokens", "length"), ("refusal", "content_filter"),
-                                                  ("something_new", "stop")])
+                                                  ("model_context_window_exceeded", "length"),
+                                                  ("pause_turn", "stop"), ("something_new", "stop")])
 async def test_stop_reasons(reason: str, expected: str) -> None:
     events = await collect(client_for([start(), *stop(reason)]).stream_chat(USER, [], ""))
     assert events[-1] == {"type": "done", "stopReason": expected}

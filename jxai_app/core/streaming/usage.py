@@ -3,8 +3,9 @@
 The rule that needs care is reasoning tokens (docs/providers.md, "Token counts"): OpenAI
 counts them inside ``completion_tokens`` / ``output_tokens``, but some providers (xAI is the
 documented one) report them beside it and bill them on top. Such a provider's ``total_tokens``
-is ``input + output + reasoning``; that sum, not a provider name, tells the two apart, so the
-rule also holds for a gateway relaying such a provider and for any client that meets it.
+is ``input + output + reasoning`` (and a reasoning count larger than the output count cannot be
+part of it); the numbers, not a provider name, tell the two apart, so the rule also holds for a
+gateway relaying such a provider and for any client that meets it.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ def usage_event(*, input_tokens: int, output: Any, cached: Any, reasoning: Any, 
         total: the provider's total, used only to see whether reasoning is billed on top.
 
     Returns:
-        The event. ``outputTokens`` is ``output + reasoning`` when ``total`` equals
-        ``input + output + reasoning`` with ``reasoning > 0`` (reasoning reported beside the
-        output and billed on top, docs/providers.md), else ``output``.
+        The event. ``outputTokens`` is ``output + reasoning`` when ``reasoning > 0`` is reported
+        beside the output and billed on top (docs/providers.md "Token counts"): ``total`` equals
+        ``input + output + reasoning``, or ``reasoning`` exceeds ``output`` (so it cannot be part
+        of it); else ``output``.
     """
     out = token_count(output) or 0
     thought = token_count(reasoning)
-    if thought and token_count(total) == input_tokens + out + thought:
+    if thought and (token_count(total) == input_tokens + out + thought or thought > out):
         out += thought
     return UsageEvent(input_tokens=input_tokens, output_tokens=out, cached_input_tokens=token_count(cached),
                       reasoning_tokens=thought)

@@ -70,7 +70,7 @@ async def test_stop_on_a_held_stream_ends_cancelled_and_closes_the_connection() 
     assert elapsed < 0.1
 
 
-def test_usage_counts_reasoning_on_top_only_when_the_total_says_so() -> None:
+def test_usage_counts_reasoning_on_top_only_when_the_numbers_say_so() -> None:
     inside = map_usage({"input_tokens": 10, "output_tokens": 50, "total_tokens": 60,
                         "output_tokens_details": {"reasoning_tokens": 40}})
     beside = map_usage({"input_tokens": 10, "output_tokens": 10, "total_tokens": 60,
@@ -78,5 +78,9 @@ def test_usage_counts_reasoning_on_top_only_when_the_total_says_so() -> None:
     assert inside is not None and beside is not None
     assert (inside.output_tokens, inside.reasoning_tokens) == (50, 40)
     assert (beside.output_tokens, beside.reasoning_tokens) == (50, 40)
+    no_total = map_usage({"input_tokens": 10, "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 40}})
+    small = map_usage({"input_tokens": 10, "output_tokens": 50, "output_tokens_details": {"reasoning_tokens": 40}})
+    assert no_total is not None and small is not None
+    assert (no_total.output_tokens, small.output_tokens) == (42, 50)  # 40 cannot be part of 2; 40 of 50 may
     assert map_usage({"output_tokens": 3}) is None
     assert json.dumps(beside.to_dict()) == '{"type": "usage", "inputTokens": 10, "outputTokens": 50, "reasoningTokens": 40}'

@@ -85,7 +85,7 @@ class ResponsesNormaliser:
     __slots__ = ("_calls", "_sent_args", "_called", "_refused")
 
     def __init__(self) -> None:
-        self._calls: dict[Any, str] = {}  # output_index → call id, while open
+        self._calls: dict[Any, str] = {}  # output_index and item id → call id, while open
         self._sent_args: set[str] = set()  # calls whose argument text has gone out
         self._called = False  # a function call was output
         self._refused = False  # refusal text was output
@@ -110,7 +110,7 @@ class ResponsesNormaliser:
             if text is not None:
                 out.append(ReasoningEvent(content=text))
         elif kind == "response.function_call_arguments.delta":
-            call_id = self._calls.get(payload.get("output_index"))
+            call_id = self._open_call(payload.get("output_index"), payload.get("item_id"))
             text = _text(payload.get("delta"))
             if call_id is not None and text is not None:
                 self._sent_args.add(call_id)
@@ -130,12 +130,22 @@ class ResponsesNormaliser:
             inner = payload.get("error")
             raise provider_error_fault(inner if type(inner) is dict else payload)
 
+    def _open_call(self, index: Any, item_id: Any) -> str | None:
+        """The open call at this output index or of this item id (either may be missing)."""
+        call_id = self._calls.get(index)
+        if call_id is None and item_id is not None:
+            call_id = self._calls.get(item_id)
+        return call_id
+
     def _item_added(self, index: Any, item: Any, out: list[StreamEvent]) -> None:
         """A function-call item opens a tool call; its arguments, if any already, follow."""
-        if type(item) is not dict or item.get("type") != "function_call" or index in self._calls:
+        if type(item) is not dict or item.get("type") != "function_call" \
+                or self._open_call(index, item.get("id")) is not None:
             return
         call_id = _text(item.get("call_id")) or _text(item.get("id")) or f"call_{index}"
-        self._calls[index] = call_id
+        for key in (index, item.get("id")):
+            if key is not None:
+                self._calls[key] = call_id
         self._called = True
         out.append(ToolCallStartEvent(id=call_id, name=_text(item.get("name")) or ""))
         args = _text(item.get("arguments"))
@@ -149,7 +159,9 @@ class ResponsesNormaliser:
         if type(item) is not dict or item.get("type") != "function_call":
             return
         self._item_added(index, item, out)
-        call_id = self._calls.pop(index)
+        call_id = self._open_call(index, item.get("id"))
+        assert call_id is not None  # _item_added opened it
+        self._calls = {key: open_id for key, open_id in self._calls.items() if open_id != call_id}
         args = _text(item.get("arguments"))
         if args is not None and call_id not in self._sent_args:
             out.append(ToolCallDeltaEvent(id=call_id, args=args))
@@ -157,7 +169,7 @@ class ResponsesNormaliser:
 
     def _end(self, response: dict[str, Any]) -> list[StreamEvent]:
         """Close open calls, then ``usage`` (when given) and ``done`` by the response's status."""
-        out: list[StreamEvent] = [ToolCallEndEvent(id=call_id) for call_id in self._calls.values()]
+        out: list[StreamEvent] = [ToolCallEndEvent(id=call_id) for call_id in dict.fromkeys(self._calls.values())]
         self._calls.clear()
         usage = map_usage(response.get("usage"))
         if usage is not None:

@@ -41,7 +41,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
@@ -52,7 +52,7 @@ from jxai_app.core.errors import ConfigurationError
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
 
 ProviderKind = Literal["openai", "openai-responses", "anthropic", "proxy"]
-_KINDS: tuple[str, ...] = ("openai", "openai-responses", "anthropic", "proxy")
+_KINDS: tuple[str, ...] = get_args(ProviderKind)
 DEFAULT_CONTEXT_WINDOW = 8192
 """Tokens assumed for a model whose ``context_window`` is not configured (conservative)."""
 

@@ -46,8 +46,8 @@ def map_usage(usage: Any) -> UsageEvent | None:
     """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19; docs/providers.md "Token counts").
 
     ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
-    ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when
-    ``total_tokens`` shows them billed on top (xAI); ``cachedInputTokens`` ←
+    ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when the
+    numbers show them billed on top (xAI; :func:`~.usage.usage_event`); ``cachedInputTokens`` ←
     ``prompt_tokens_details.cached_tokens`` and ``reasoningTokens`` ←
     ``completion_tokens_details.reasoning_tokens`` only when numbers (:func:`~.usage.usage_from`).
     Returns ``None`` when there is no numeric ``prompt_tokens``.

@@ -68,7 +68,7 @@ def map_usage(usage: Any) -> UsageEvent | None:
     """Responses ``usage`` → :class:`UsageEvent`, or ``None`` without a numeric ``input_tokens``.
 
     ``inputTokens`` ← ``input_tokens``; ``outputTokens`` ← ``output_tokens`` (reasoning included,
-    or added when ``total_tokens`` shows it billed on top); ``cachedInputTokens`` ←
+    or added when the numbers show it billed on top, docs/providers.md); ``cachedInputTokens`` ←
     ``input_tokens_details.cached_tokens``; ``reasoningTokens`` ←
     ``output_tokens_details.reasoning_tokens`` (:func:`~.usage.usage_from`).
     """

@@ -53,8 +53,8 @@ def usage_from(usage: Any, input_name: str, output_name: str) -> UsageEvent | No
     ``<output_name>_tokens``, ``<input_name>_tokens_details.cached_tokens``,
     ``<output_name>_tokens_details.reasoning_tokens`` and ``total_tokens`` (``"prompt"`` /
     ``"completion"`` for chat completions, ``"input"`` / ``"output"`` for the Responses API)
-    → :func:`usage_event`; ``None`` when ``usage`` is not an object or its input count is not
-    a count."""
+    → :func:`usage_event` (docs/providers.md "Token counts"); ``None`` when ``usage`` is not an
+    object or its input count is not a count."""
     if type(usage) is not dict:
         return None
     prompt = token_count(usage.get(input_name + "_tokens"))

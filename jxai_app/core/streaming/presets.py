@@ -7,7 +7,8 @@ What each provider sends that needed care is in docs/providers.md.
 Sources: each provider's API documentation (OpenAI, OpenRouter "API reference",
 Groq "OpenAI compatibility", DeepSeek "API docs", Ollama "OpenAI compatibility",
 vLLM "OpenAI-compatible server", llama.cpp ``tools/server/README.md``, Mistral "Chat
-completion", xAI "REST API reference", Google "Gemini OpenAI compatibility").
+completion", xAI "REST API reference", Alibaba Model Studio "OpenAI compatibility", Moonshot
+"Kimi API quickstart", Perplexity "Chat completions", Google "Gemini OpenAI compatibility").
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ PROVIDER_PRESETS: Final[dict[str, ProviderPreset]] = {
     "xai": ProviderPreset(
         "openai", "https://api.x.ai/v1", api_key_env="XAI_API_KEY",
         notes="completion_tokens leaves out reasoning tokens, which are billed on top; counted in."),
+    "qwen": ProviderPreset(
+        "openai", "https://dashscope-intl.aliyuncs.com/compatible-mode/v1", api_key_env="DASHSCOPE_API_KEY",
+        notes="Alibaba Model Studio; thinking models stream delta.reasoning_content."),
+    "moonshot": ProviderPreset(
+        "openai", "https://api.moonshot.ai/v1", api_key_env="MOONSHOT_API_KEY",
+        notes="Kimi; thinking models stream delta.reasoning_content."),
+    "perplexity": ProviderPreset(
+        "openai", "https://api.perplexity.ai", api_key_env="PERPLEXITY_API_KEY",
+        notes="Chat completions at the root (no /v1); citations and search results ride along and are "
+              "not read."),
     "gemini": ProviderPreset(
         "openai", "https://generativelanguage.googleapis.com/v1beta/openai", api_key_env="GEMINI_API_KEY",
         notes="OpenAI-compatible endpoint: tool-call chunks carry no index and end with finish_reason "

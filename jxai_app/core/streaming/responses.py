@@ -121,7 +121,7 @@ class ResponsesNormaliser:
             self._item_done(payload.get("output_index"), payload.get("item"), out)
         elif kind in ("response.completed", "response.incomplete"):
             response = payload.get("response")
-            out.extend(self._end(response if type(response) is dict else {}))
+            out.extend(self._end(response if type(response) is dict else {}, incomplete=kind == "response.incomplete"))
         elif kind == "response.failed":
             response = payload.get("response")
             error = response.get("error") if type(response) is dict else None
@@ -167,18 +167,19 @@ class ResponsesNormaliser:
             out.append(ToolCallDeltaEvent(id=call_id, args=args))
         out.append(ToolCallEndEvent(id=call_id))
 
-    def _end(self, response: dict[str, Any]) -> list[StreamEvent]:
-        """Close open calls, then ``usage`` (when given) and ``done`` by the response's status."""
+    def _end(self, response: dict[str, Any], *, incomplete: bool) -> list[StreamEvent]:
+        """Close open calls, then ``usage`` (when given) and ``done``: for an ``incomplete``
+        response by its ``incomplete_details.reason``, else by what was output."""
         out: list[StreamEvent] = [ToolCallEndEvent(id=call_id) for call_id in dict.fromkeys(self._calls.values())]
         self._calls.clear()
         usage = map_usage(response.get("usage"))
         if usage is not None:
             out.append(usage)
-        out.append(DoneEvent(stop_reason=self._stop(response)))
+        out.append(DoneEvent(stop_reason=self._stop(response, incomplete)))
         return out
 
-    def _stop(self, response: dict[str, Any]) -> StopReason:
-        if response.get("status") == "incomplete":
+    def _stop(self, response: dict[str, Any], incomplete: bool) -> StopReason:
+        if incomplete:
             details = response.get("incomplete_details")
             reason = details.get("reason") if type(details) is dict else None
             return _INCOMPLETE.get(reason, "length") if type(reason) is str else "length"
@@ -212,7 +213,7 @@ class ResponsesNormaliser:
                     self._refused = self._refused or any(
                         type(p) is dict and p.get("type") == "refusal" for p in item.get("content") or ())
                 self._item_done(index, item, out)
-        return out + self._end(body)
+        return out + self._end(body, incomplete=body.get("status") == "incomplete")
 
 
 def _item_text(item: dict[str, Any]) -> list[StreamEvent]:

@@ -5,7 +5,6 @@ and the usage rule. The event mapping itself is pinned by the wire cases
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 from jxai_app.core.streaming.responses import ResponsesChatClient, convert_input, convert_tools, map_usage
@@ -40,7 +39,8 @@ def test_convert_tools_keeps_an_explicit_strict_and_defaults_it_off() -> None:
 
 
 async def test_request_body_with_a_forced_function_and_no_system_prompt() -> None:
-    with FakeProvider([Script(writes=[responses_event("response.completed", response={"status": "completed"})])]) as fake:
+    completed = responses_event("response.completed", response={"status": "completed"})
+    with FakeProvider([Script(writes=[completed])]) as fake:
         client = ResponsesChatClient(base_url=fake.url, model="gpt-fake", api_key="sk-test", temperature=0,
                                      tool_choice={"type": "function", "function": {"name": "get_weather"}})
         events = await collect(client.stream_chat(USER, GET_WEATHER, ""))
@@ -83,4 +83,4 @@ def test_usage_counts_reasoning_on_top_only_when_the_numbers_say_so() -> None:
     assert no_total is not None and small is not None
     assert (no_total.output_tokens, small.output_tokens) == (42, 50)  # 40 cannot be part of 2; 40 of 50 may
     assert map_usage({"output_tokens": 3}) is None
-    assert json.dumps(beside.to_dict()) == '{"type": "usage", "inputTokens": 10, "outputTokens": 50, "reasoningTokens": 40}'
+    assert beside.to_dict() == {"type": "usage", "inputTokens": 10, "outputTokens": 50, "reasoningTokens": 40}

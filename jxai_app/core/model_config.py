@@ -8,7 +8,7 @@ The dict::
         "<name>": {
           "preset": "openai",            # optional: fills the fields below from
                                          # jxai_app.core.streaming.PROVIDER_PRESETS
-          "kind": "openai" | "anthropic" | "proxy",
+          "kind": "openai" | "openai-responses" | "anthropic" | "proxy",
           "base_url": "https://…",       # API root; for "proxy", the chat URL
           "api_key_env": "OPENAI_API_KEY" | null,   # the key is read at client build time
           "extra_headers": {"Header": "value"},
@@ -23,6 +23,7 @@ The dict::
           "tool_choice": "auto" | "none" | "required" | {…},  # optional
           "temperature": 0.2,            # optional; omitted = not sent (reasoning models)
           "max_tokens": 4096,            # optional
+          "reasoning_effort": "low",     # optional; openai and openai-responses kinds only
           "label": "GPT-4o"              # optional, for people
         }
       },
@@ -40,7 +41,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
@@ -50,7 +51,8 @@ from jxai_app.core.errors import ConfigurationError
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
 
-ProviderKind = Literal["openai", "anthropic", "proxy"]
+ProviderKind = Literal["openai", "openai-responses", "anthropic", "proxy"]
+_KINDS: tuple[str, ...] = get_args(ProviderKind)
 DEFAULT_CONTEXT_WINDOW = 8192
 """Tokens assumed for a model whose ``context_window`` is not configured (conservative)."""
 
@@ -60,7 +62,7 @@ _PROVIDER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "preset": {"type": "string", "minLength": 1},
-        "kind": {"enum": ["openai", "anthropic", "proxy"]},
+        "kind": {"enum": list(_KINDS)},
         "base_url": {"type": "string", "minLength": 1},
         "api_key_env": {"type": ["string", "null"], "pattern": _ENV_NAME},
         "extra_headers": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -80,6 +82,7 @@ _MODEL_SCHEMA: dict[str, Any] = {
         },
         "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
         "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "reasoning_effort": {"type": ["string", "null"], "minLength": 1},
         "label": {"type": ["string", "null"]},
     },
     "required": ["provider", "model_id"],
@@ -113,7 +116,8 @@ class ProviderConfig:
 
     Attributes:
         name: the provider's name in the configuration.
-        kind: which streaming client speaks to it (``openai``-compatible, ``anthropic``, ``proxy``).
+        kind: which streaming client speaks to it (``openai``-compatible chat completions,
+            ``openai-responses`` for OpenAI's Responses API, ``anthropic``, ``proxy``).
         base_url: the API root (``…/v1`` for OpenAI-compatible); for ``proxy`` the chat URL.
         api_key_env: the environment variable holding the key, or ``None`` for no key.
         extra_headers: headers added to every request.
@@ -146,10 +150,13 @@ class ModelConfig:
         context_window: its context window, in tokens.
         supports_tools: whether tools may be sent to it.
         tool_choice: the ``tool_choice`` to send with tools (``None`` = ``auto``); used by
-            OpenAI-compatible providers only.
+            the ``openai`` and ``openai-responses`` kinds only.
         temperature: sent when set; ``None`` = not sent (reasoning models reject it, seed §7).
         label: a name for people (``None`` = the alias).
         max_tokens: the output token cap sent upstream, or ``None``.
+        reasoning_effort: how hard a reasoning model thinks (``"low"``, ``"medium"``, …), sent
+            by the ``openai`` kind as ``reasoning_effort`` and by ``openai-responses`` as
+            ``reasoning.effort``; ``None`` = not sent (models without reasoning reject it).
     """
 
     alias: str
@@ -161,6 +168,7 @@ class ModelConfig:
     temperature: float | None = None
     label: str | None = None
     max_tokens: int | None = None
+    reasoning_effort: str | None = None
 
 
 def _where(error: ValidationError) -> str:
@@ -218,8 +226,9 @@ def _provider(name: str, raw: Mapping[str, Any], presets: Mapping[str, Any] | No
     for key in ("kind", "base_url"):
         if not merged.get(key):
             raise ConfigurationError(f"model configuration: providers.{name}: {key!r} is required (or name a preset)")
-    if merged["kind"] not in ("openai", "anthropic", "proxy"):
-        raise ConfigurationError(f"model configuration: providers.{name}.kind: {merged['kind']!r} is not openai, anthropic or proxy")
+    if merged["kind"] not in _KINDS:
+        raise ConfigurationError(f"model configuration: providers.{name}.kind: {merged['kind']!r} is not one of "
+                                 f"{', '.join(_KINDS)}")
     _check_url(f"providers.{name}.base_url", merged["base_url"])
     if merged.get("api_base_url") is not None:
         if merged["kind"] != "proxy":
@@ -273,6 +282,7 @@ def parse_config(
             temperature=raw.get("temperature"),
             label=raw.get("label"),
             max_tokens=raw.get("max_tokens"),
+            reasoning_effort=raw.get("reasoning_effort"),
         )
         for alias, raw in data["models"].items()
     }

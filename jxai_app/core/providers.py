@@ -169,7 +169,8 @@ class ModelRegistry:
                 the client uses (``None``: a fresh connection per request).
 
         Returns:
-            An ``OpenAIChatClient``, ``AnthropicChatClient`` or ``ProxyChatClient``.
+            An ``OpenAIChatClient`` (kind ``openai``), ``ResponsesChatClient``
+            (``openai-responses``), ``AnthropicChatClient`` or ``ProxyChatClient``.
 
         A key variable that is unset or empty is logged and no key is sent (some servers
         take one only optionally); a provider that needs it answers 401, which the client
@@ -185,7 +186,7 @@ class ModelRegistry:
             # Not an error here: some servers take a key only optionally (vLLM, local
             # gateways); a provider that needs one answers 401, which the client reports.
             logger.warning("model %s: environment variable %s is not set; sending no key", alias, provider.api_key_env)
-        from jxai_app.core.streaming import AnthropicChatClient, OpenAIChatClient, ProxyChatClient
+        from jxai_app.core.streaming import AnthropicChatClient, OpenAIChatClient, ProxyChatClient, ResponsesChatClient
 
         common: dict[str, Any] = {
             "api_key": api_key,
@@ -194,13 +195,15 @@ class ModelRegistry:
             "transport": transport,
             "pool": pool,
         }
-        if provider.kind == "openai":
-            return OpenAIChatClient(
+        if provider.kind in ("openai", "openai-responses"):
+            kind = OpenAIChatClient if provider.kind == "openai" else ResponsesChatClient
+            return kind(
                 base_url=provider.base_url,
                 model=model.model_id,
                 temperature=model.temperature,
                 tool_choice=model.tool_choice if model.tool_choice is not None else "auto",
                 max_tokens=model.max_tokens,
+                reasoning_effort=model.reasoning_effort,
                 **common,
             )
         if provider.kind == "anthropic":

@@ -18,8 +18,11 @@ from jxai_app.core.streaming import (
     ClientTimeouts,
     OpenAIChatClient,
     ProxyChatClient,
+    ResponsesChatClient,
 )
-from tests.support.fake_provider import FakeProvider, Script, anthropic_text_stream, openai_text_stream, proxy_stream
+from tests.support.fake_provider import (
+    FakeProvider, Script, anthropic_text_stream, openai_text_stream, proxy_stream, responses_text_stream,
+)
 
 CONFIG: dict[str, Any] = {
     "providers": {
@@ -289,3 +292,35 @@ def test_the_streaming_presets_are_usable_by_name() -> None:
     assert provider.base_url == PROVIDER_PRESETS["openrouter"].base_url
     assert dict(provider.extra_headers) == dict(PROVIDER_PRESETS["openrouter"].extra_headers)
     assert provider.api_key_env == PROVIDER_PRESETS["openrouter"].api_key_env
+
+
+async def test_the_openai_responses_preset_builds_the_responses_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-resp")
+    with FakeProvider([Script(writes=responses_text_stream(["hi"]))]) as fake:
+        data = {"providers": {"r": {"preset": "openai-responses", "base_url": fake.url}},
+                "models": {"m": {"provider": "r", "model_id": "gpt-5-mini", "reasoning_effort": "low",
+                                 "max_tokens": 64, "tool_choice": "required"}}}
+        client = ModelRegistry.from_dict(data).build_client("m")
+        assert isinstance(client, ResponsesChatClient)
+        events = await collect(client, [TOOL])
+    assert [e.type for e in events] == ["delta", "done"]
+    request = fake.requests[0]
+    assert request.path == "/v1/responses" and request.headers["authorization"] == "Bearer sk-resp"
+    body = request.json
+    assert (body["model"], body["store"], body["max_output_tokens"], body["tool_choice"]) == (
+        "gpt-5-mini", False, 64, "required")
+    assert body["reasoning"] == {"effort": "low", "summary": "auto"}
+
+
+async def test_the_gemini_preset_sends_reasoning_effort_to_chat_completions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "g-key")
+    assert PROVIDER_PRESETS["gemini"].base_url == "https://generativelanguage.googleapis.com/v1beta/openai"
+    with FakeProvider([Script(writes=openai_text_stream(["ok"]))]) as fake:
+        data = {"providers": {"g": {"preset": "gemini", "base_url": fake.url}},
+                "models": {"flash": {"provider": "g", "model_id": "gemini-2.5-flash", "reasoning_effort": "none"}}}
+        client = ModelRegistry.from_dict(data).build_client("flash")
+        assert isinstance(client, OpenAIChatClient)
+        assert (await collect(client))[-1].type == "done"
+    request = fake.requests[0]
+    assert request.path == "/v1/chat/completions" and request.headers["authorization"] == "Bearer g-key"
+    assert request.json["reasoning_effort"] == "none"

@@ -56,6 +56,9 @@ __all__ = [
     "openai_text_stream",
     "openai_tool_call_stream",
     "anthropic_text_stream",
+    "responses_event",
+    "responses_text_stream",
+    "responses_function_call_stream",
     "proxy_stream",
     "json_response",
 ]
@@ -387,6 +390,46 @@ def anthropic_text_stream(parts: Sequence[str], *, stop_reason: str = "end_turn"
                       "usage": {"output_tokens": output_tokens}}, event="message_delta"),
             sse_json({"type": "message_stop"}, event="message_stop")]
     return out
+
+
+def responses_event(kind: str, **members: Any) -> bytes:
+    """One OpenAI Responses API stream event: ``event: <kind>`` and ``{"type": kind, …}``."""
+    return sse_json({"type": kind, **members}, event=kind)
+
+
+def _responses_end(usage: Mapping[str, Any] | None, output: Sequence[Mapping[str, Any]]) -> bytes:
+    response = {"id": "resp_fake", "object": "response", "status": "completed", "model": "fake-model",
+                "output": list(output), "usage": dict(usage) if usage is not None else None}
+    return responses_event("response.completed", response=response)
+
+
+def responses_text_stream(parts: Sequence[str], *, usage: Mapping[str, Any] | None = None) -> list[bytes]:
+    """Responses API events for a text answer: ``response.created``, the message item, one
+    ``response.output_text.delta`` per part, the item's end, ``response.completed``."""
+    text = "".join(parts)
+    item = {"id": "msg_fake", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    out = [responses_event("response.created", response={"id": "resp_fake", "status": "in_progress", "output": []}),
+           responses_event("response.output_item.added", output_index=0,
+                           item={**item, "status": "in_progress", "content": []})]
+    out += [responses_event("response.output_text.delta", item_id="msg_fake", output_index=0, content_index=0, delta=p)
+            for p in parts]
+    out.append(responses_event("response.output_item.done", output_index=0, item=item))
+    return out + [_responses_end(usage, [item])]
+
+
+def responses_function_call_stream(call_id: str, name: str, args_fragments: Sequence[str], *,
+                                   usage: Mapping[str, Any] | None = None) -> list[bytes]:
+    """Responses API events for one function call: its item added, one
+    ``response.function_call_arguments.delta`` per fragment, the item done, ``response.completed``."""
+    item = {"id": "fc_" + call_id, "type": "function_call", "call_id": call_id, "name": name,
+            "arguments": "".join(args_fragments), "status": "completed"}
+    out = [responses_event("response.output_item.added", output_index=0,
+                           item={**item, "arguments": "", "status": "in_progress"})]
+    out += [responses_event("response.function_call_arguments.delta", item_id=item["id"], output_index=0, delta=a)
+            for a in args_fragments]
+    out.append(responses_event("response.output_item.done", output_index=0, item=item))
+    return out + [_responses_end(usage, [item])]
 
 
 def proxy_stream(events: Sequence[Mapping[str, Any]]) -> list[bytes]:

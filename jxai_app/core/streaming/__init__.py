@@ -4,7 +4,7 @@ that produce them. Never imports Django.
 Public names::
 
     ChatClient, ClientTimeouts, Signal                   (base)
-    OpenAIChatClient, AnthropicChatClient, ProxyChatClient
+    OpenAIChatClient, ResponsesChatClient, AnthropicChatClient, ProxyChatClient
     PROVIDER_PRESETS, ProviderPreset                     (presets)
     the eight events, StreamEvent, event_from_dict, encode_event, is_terminal   (events)
 """
@@ -33,6 +33,7 @@ from jxai_app.core.streaming.events import (
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.presets import PROVIDER_PRESETS, ProviderPreset
 from jxai_app.core.streaming.proxy import ProxyChatClient
+from jxai_app.core.streaming.responses import ResponsesChatClient
 
 __all__ = [
     "AnthropicChatClient",
@@ -47,6 +48,7 @@ __all__ = [
     "ProviderPreset",
     "ProxyChatClient",
     "ReasoningEvent",
+    "ResponsesChatClient",
     "Signal",
     "StopReason",
     "StreamEvent",

@@ -5,14 +5,16 @@ Usage::
     python -m jxai_app.core.streaming --provider openai --base-url http://127.0.0.1:8080/v1 \\
         --model my-model "What is the capital of Peru?"
     python -m jxai_app.core.streaming --provider anthropic --model claude-x --messages history.json
+    python -m jxai_app.core.streaming --provider openai-responses --model gpt-5-mini --reasoning-effort low "hi"
     python -m jxai_app.core.streaming --provider proxy --chat-url https://host/ai/chat "hello"
 
 Each event is printed in wire form (compact JSON, raw UTF-8) on stdout, one per line.
 Exit status: 0 when the last event is ``done``, 1 when it is ``error``, 2 for bad arguments.
 Ctrl-C sets the cancel signal, so the stream ends with ``done: cancelled``.
 
-API keys default to ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``JXAI_API_KEY`` (proxy);
-base URLs to ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``; the model to ``JXAI_MODEL``.
+API keys default to ``OPENAI_API_KEY`` (openai, openai-responses) / ``ANTHROPIC_API_KEY`` /
+``JXAI_API_KEY`` (proxy); base URLs to ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``; the model to
+``JXAI_MODEL``. ``--provider openai-responses`` speaks OpenAI's Responses API (docs/providers.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "proxy": "JXAI_API_KEY"}
+_KEY_ENV = {"openai": "OPENAI_API_KEY", "openai-responses": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
+            "proxy": "JXAI_API_KEY"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,14 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (documented in the module docstring)."""
     parser = _Parser(prog="python -m jxai_app.core.streaming",
                      description="Run one chat against a provider; print each normalised event as a JSON line.")
-    parser.add_argument("--provider", choices=("openai", "anthropic", "proxy"), default="openai")
-    parser.add_argument("--base-url", help="API root (openai, anthropic), e.g. https://api.openai.com/v1")
+    parser.add_argument("--provider", choices=tuple(_KEY_ENV), default="openai")
+    parser.add_argument("--base-url", help="API root (openai, openai-responses, anthropic), e.g. https://api.openai.com/v1")
     parser.add_argument("--chat-url", help="the proxy's chat endpoint (proxy)")
     parser.add_argument("--api-key", help="API key (default from the environment)")
     parser.add_argument("--model", help="the provider's model id (default $JXAI_MODEL)")
     parser.add_argument("--system", default="", help="system prompt (default empty)")
     parser.add_argument("--temperature", type=float, help="sampling temperature (sent only when given)")
     parser.add_argument("--max-tokens", type=int, help="output token limit")
+    parser.add_argument("--reasoning-effort", help="reasoning effort, e.g. low (openai, openai-responses; sent only when given)")
     parser.add_argument("--messages", type=Path, help="JSON file: a list of messages in OpenAI shape")
     parser.add_argument("--tools", type=Path, help="JSON file: a list of OpenAI function tools")
     parser.add_argument("prompt", nargs="?", help="a user message appended to the history")
@@ -72,6 +76,7 @@ def build_client(parser: argparse.ArgumentParser, opts: argparse.Namespace, *, t
     from jxai_app.core.streaming.anthropic import AnthropicChatClient
     from jxai_app.core.streaming.openai import OpenAIChatClient
     from jxai_app.core.streaming.proxy import ProxyChatClient
+    from jxai_app.core.streaming.responses import ResponsesChatClient
 
     api_key = opts.api_key if opts.api_key is not None else os.environ.get(_KEY_ENV[opts.provider]) or None
     model = opts.model or os.environ.get("JXAI_MODEL") or None
@@ -87,8 +92,9 @@ def build_client(parser: argparse.ArgumentParser, opts: argparse.Namespace, *, t
         return AnthropicChatClient(base_url=base, model=model, api_key=api_key, temperature=opts.temperature,
                                    transport=transport, **({"max_tokens": opts.max_tokens} if opts.max_tokens else {}))
     base = opts.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-    return OpenAIChatClient(base_url=base, model=model, api_key=api_key, temperature=opts.temperature,
-                            max_tokens=opts.max_tokens, transport=transport)
+    kind = ResponsesChatClient if opts.provider == "openai-responses" else OpenAIChatClient
+    return kind(base_url=base, model=model, api_key=api_key, temperature=opts.temperature,
+                max_tokens=opts.max_tokens, reasoning_effort=opts.reasoning_effort, transport=transport)
 
 
 async def _run(client: Any, messages: list[Any], tools: list[Any], system: str) -> int:

@@ -8,13 +8,19 @@ answer's events are normalised by :class:`AnthropicNormaliser`:
 =========================  ============================================================
 Anthropic event            normalised
 =========================  ============================================================
-``message_start``          remembers input usage
-``content_block_start``    ``tool_use`` → ``tool_call_start``; text/thinking: nothing
+``message_start``          remembers input usage and a set ``stop_reason``; blocks already
+                           in ``content`` count as complete blocks; a second one while a
+                           message is open is an ``invalid_stream`` error
+``content_block_start``    ``tool_use`` → ``tool_call_start``; text/thinking: their text if
+                           any; tools the provider runs itself (``server_tool_use``,
+                           ``mcp_tool_use``) and their ``*_tool_result`` blocks: nothing,
+                           nor for their deltas
 ``content_block_delta``    ``text_delta`` → ``delta``; ``input_json_delta`` →
                            ``tool_call_delta``; ``thinking_delta`` → ``reasoning``
 ``content_block_stop``     of a ``tool_use`` block → ``tool_call_end``
-``message_delta``          stop reason (``end_turn``/``stop_sequence`` → stop, ``tool_use``
-                           → tool_calls, ``max_tokens`` → length, ``refusal`` →
+``message_delta``          stop reason (``end_turn``/``stop_sequence``/``pause_turn`` → stop,
+                           ``tool_use`` → tool_calls, ``max_tokens`` and
+                           ``model_context_window_exceeded`` → length, ``refusal`` →
                            content_filter); output usage
 ``message_stop``           ``usage`` + ``done``; anything after is ignored
 ``ping``                   ignored
@@ -22,7 +28,8 @@ Anthropic event            normalised
 =========================  ============================================================
 
 A body that ends before ``message_stop`` is an ``incomplete_stream`` error.
-Reference: https://docs.anthropic.com/en/api/messages-streaming
+Reference: https://docs.anthropic.com/en/api/messages-streaming; the rules beyond it, and why
+provider-run tools are dropped rather than reported, are in docs/providers.md "Anthropic".
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from jxai_app.core.streaming.events import (
     UsageEvent,
 )
 from jxai_app.core.streaming.fault import UpstreamFault, provider_error_fault
+from jxai_app.core.streaming.openai import text_of
 from jxai_app.core.streaming.pool import ConnectionPool
 
 ANTHROPIC_VERSION: Final[str] = "2023-06-01"
@@ -56,6 +64,7 @@ _STOP: Final[dict[str, StopReason]] = {
     "pause_turn": "stop",
     "tool_use": "tool_calls",
     "max_tokens": "length",
+    "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
 
@@ -67,9 +76,10 @@ def _count(value: Any) -> int | None:
 class AnthropicNormaliser:
     """Messages API stream events → normalised events, for one response."""
 
-    __slots__ = ("_tools", "_stop", "_input", "_cached", "_output")
+    __slots__ = ("_open", "_tools", "_stop", "_input", "_cached", "_output")
 
     def __init__(self) -> None:
+        self._open = False  # a message_start was seen
         self._tools: dict[int, str] = {}  # block index → tool_use id, while open
         self._stop: StopReason | None = None
         self._input: int | None = None
@@ -93,20 +103,51 @@ class AnthropicNormaliser:
             call_id = self._tools.pop(payload.get("index"), None)  # type: ignore[arg-type]
             return (ToolCallEndEvent(id=call_id),) if call_id is not None else ()
         if kind == "message_start":
-            message = payload.get("message")
-            if type(message) is dict:
-                self._usage(message.get("usage"))
-            return ()
+            return self._message_start(payload.get("message"))
         if kind == "message_delta":
             delta = payload.get("delta")
-            reason = delta.get("stop_reason") if type(delta) is dict else None
-            if type(reason) is str and reason in _STOP and self._stop is None:
-                self._stop = _STOP[reason]
+            self._stop_reason(delta.get("stop_reason") if type(delta) is dict else None)
             self._usage(payload.get("usage"))
             return ()
         if kind == "message_stop":
             return self._end()
         return ()  # ping and anything unknown
+
+    def _message_start(self, message: Any) -> Sequence[StreamEvent]:
+        """The message opens: input usage, and whatever it already holds (docs/providers.md
+        "Anthropic"): blocks in ``content`` count as complete blocks, a set ``stop_reason``
+        counts as if a ``message_delta`` had said it.
+
+        Raises:
+            UpstreamFault: ``invalid_stream`` when a message is already open (two streams
+                spliced together); the open tool calls are never closed.
+        """
+        if self._open:
+            raise UpstreamFault("invalid_stream", "The provider started a second message before ending the first.")
+        self._open = True
+        if type(message) is not dict:
+            return ()
+        self._usage(message.get("usage"))
+        self._stop_reason(message.get("stop_reason"))
+        content = message.get("content")
+        return self._blocks(content) if type(content) is list else ()
+
+    def _blocks(self, content: list[Any]) -> list[StreamEvent]:
+        """Complete content blocks (a whole message's, or ``message_start``'s) → events."""
+        out: list[StreamEvent] = []
+        for index, block in enumerate(content):
+            if type(block) is not dict:
+                continue
+            out += self._block_start({"index": index, "content_block": block})
+            call_id = self._tools.pop(index, None)
+            if call_id is not None:
+                out.append(ToolCallEndEvent(id=call_id))
+        return out
+
+    def _stop_reason(self, reason: Any) -> None:
+        """Remember the first known stop reason."""
+        if type(reason) is str and reason in _STOP and self._stop is None:
+            self._stop = _STOP[reason]
 
     def _delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         delta = payload.get("delta")
@@ -132,7 +173,7 @@ class AnthropicNormaliser:
         if type(block) is not dict:
             return ()
         kind = block.get("type")
-        if kind in ("tool_use", "server_tool_use"):
+        if kind == "tool_use":  # only client tools: server_tool_use, mcp_tool_use, *_tool_result are dropped
             index = payload.get("index")
             given_id, given_name = block.get("id"), block.get("name")
             call_id = given_id if isinstance(given_id, str) and given_id else f"toolu_{index}"
@@ -185,35 +226,15 @@ class AnthropicNormaliser:
         content = body.get("content")
         if type(content) is not list:
             raise UpstreamFault("unexpected_response", "The provider answered with JSON that is not a message.")
-        out: list[StreamEvent] = []
-        for index, block in enumerate(content):
-            if type(block) is not dict:
-                continue
-            out += self._block_start({"index": index, "content_block": block})
-            call_id = self._tools.pop(index, None)
-            if call_id is not None:
-                out.append(ToolCallEndEvent(id=call_id))
+        out = self._blocks(content)
         self._usage(body.get("usage"))
-        reason = body.get("stop_reason")
-        if type(reason) is str and reason in _STOP:
-            self._stop = _STOP[reason]
+        self._stop_reason(body.get("stop_reason"))
         return out + self._end()
-
-
-def _text_of(content: Any) -> str:
-    """Plain text of an OpenAI message content (a string or a list of parts)."""
-    if content is None:
-        return ""
-    if type(content) is str:
-        return content
-    if type(content) is list:
-        return "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
-    return str(content)
 
 
 def _user_blocks(content: Any) -> Any:
     if type(content) is not list:
-        return _text_of(content)
+        return text_of(content)
     blocks: list[dict[str, Any]] = []
     for part in content:
         if type(part) is not dict:
@@ -258,16 +279,16 @@ def convert_messages(messages: Sequence[Mapping[str, Any]], system_prompt: str) 
                 results = []
                 out.append({"role": "user", "content": results})
             results.append({"type": "tool_result", "tool_use_id": str(message.get("tool_call_id") or ""),
-                            "content": _text_of(content)})
+                            "content": text_of(content)})
             continue
         results = None
         if role in ("system", "developer"):
-            if _text_of(content):
-                system_parts.append(_text_of(content))
+            if text_of(content):
+                system_parts.append(text_of(content))
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
-            if _text_of(content):
-                blocks.append({"type": "text", "text": _text_of(content)})
+            if text_of(content):
+                blocks.append({"type": "text", "text": text_of(content)})
             for call in message.get("tool_calls") or ():
                 function = call.get("function") if type(call) is dict else None
                 if type(function) is dict:

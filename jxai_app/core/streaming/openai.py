@@ -30,6 +30,7 @@ from jxai_app.core.streaming.fault import UpstreamFault, error_event_fault, prov
 from jxai_app.core.streaming.pool import ConnectionPool
 from jxai_app.core.streaming.sse import DONE, parse_payload
 from jxai_app.core.streaming.toolcalls import ToolCallAssembler, generated_call_id
+from jxai_app.core.streaming.usage import usage_from
 
 _FINISH: Final[dict[str, StopReason]] = {
     "stop": "stop",
@@ -41,36 +42,17 @@ _FINISH: Final[dict[str, StopReason]] = {
 """Provider finish reasons we know; anything else is ignored (SPEC §2)."""
 
 
-def _count(value: Any) -> int | None:
-    if type(value) is int:
-        return value if value >= 0 else None
-    if type(value) is float and value >= 0 and value.is_integer():
-        return int(value)
-    return None
-
-
 def map_usage(usage: Any) -> UsageEvent | None:
-    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19).
+    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19; docs/providers.md "Token counts").
 
     ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
-    ``completion_tokens`` or 0; ``cachedInputTokens`` ← ``prompt_tokens_details.cached_tokens``
-    and ``reasoningTokens`` ← ``completion_tokens_details.reasoning_tokens`` only when numbers.
+    ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when the
+    numbers show them billed on top (xAI; :func:`~.usage.usage_event`); ``cachedInputTokens`` ←
+    ``prompt_tokens_details.cached_tokens`` and ``reasoningTokens`` ←
+    ``completion_tokens_details.reasoning_tokens`` only when numbers (:func:`~.usage.usage_from`).
     Returns ``None`` when there is no numeric ``prompt_tokens``.
     """
-    if type(usage) is not dict:
-        return None
-    prompt = _count(usage.get("prompt_tokens"))
-    if prompt is None:
-        return None
-    prompt_details = usage.get("prompt_tokens_details")
-    completion_details = usage.get("completion_tokens_details")
-    return UsageEvent(
-        input_tokens=prompt,
-        output_tokens=_count(usage.get("completion_tokens")) or 0,
-        cached_input_tokens=_count(prompt_details.get("cached_tokens")) if type(prompt_details) is dict else None,
-        reasoning_tokens=_count(completion_details.get("reasoning_tokens"))
-        if type(completion_details) is dict else None,
-    )
+    return usage_from(usage, "prompt", "completion")
 
 
 def _arguments(value: Any) -> str:
@@ -83,6 +65,45 @@ def _arguments(value: Any) -> str:
 
 def _text(value: Any) -> str | None:
     return value if type(value) is str and value else None
+
+
+def text_of(content: Any) -> str:
+    """Plain text of an OpenAI wire message's ``content``: a string, or the joined ``text`` of
+    a list of parts (other parts, e.g. images, give nothing); ``None`` gives ``""``."""
+    if content is None:
+        return ""
+    if type(content) is str:
+        return content
+    if type(content) is list:
+        return "".join(p.get("text", "") for p in content if type(p) is dict and type(p.get("text")) is str)
+    return str(content)
+
+
+def content_parts(parts: list[Any], out: list[StreamEvent]) -> None:
+    """A ``content`` sent as a list of typed parts (Mistral's reasoning models;
+    docs/providers.md "Mistral") → events appended to ``out`` in the parts' order.
+
+    ``{"type": "text", "text": s}`` gives a ``delta``; ``{"type": "thinking", "thinking": x}``
+    gives a ``reasoning`` whose text is ``x`` when a string, else the joined ``text`` of the
+    text parts listed in ``x``. Empty text and parts of any other type (or shape) are skipped,
+    never the parts around them.
+    """
+    for part in parts:
+        if type(part) is not dict:
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text = _text(part.get("text"))
+            if text is not None:
+                out.append(DeltaEvent(content=text))
+        elif kind == "thinking":
+            thought = part.get("thinking")
+            if type(thought) is list:
+                thought = "".join(p["text"] for p in thought
+                                  if type(p) is dict and p.get("type") == "text" and type(p.get("text")) is str)
+            text = _text(thought)
+            if text is not None:
+                out.append(ReasoningEvent(content=text))
 
 
 def _reasoning(message: dict[str, Any]) -> str | None:
@@ -98,12 +119,14 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 class OpenAINormaliser:
     """Chat-completion chunks → normalised events, for one response (SPEC §2 rules)."""
 
-    __slots__ = ("calls", "finish", "usage")
+    __slots__ = ("calls", "finish", "usage", "extras")
 
-    def __init__(self) -> None:
+    def __init__(self, extras: dict[str, dict[str, Any]] | None = None) -> None:
         self.calls = ToolCallAssembler()
         self.finish: StopReason | None = None
         self.usage: UsageEvent | None = None
+        self.extras = extras if extras is not None else {}
+        """Call id → the ``extra_content`` object a tool call carried (docs/providers.md "Gemini")."""
 
     def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event: an ``error`` event, ``[DONE]``, noise, or a chunk object."""
@@ -159,6 +182,8 @@ class OpenAINormaliser:
                 out.append(DeltaEvent(content=content))
                 if len(delta) == 1:  # the common text-only delta: nothing else to look for
                     delta = None
+            elif content and type(content) is list:
+                content_parts(content, out)
         if delta:
             reasoning = _reasoning(delta)
             if reasoning is not None:
@@ -193,6 +218,13 @@ class OpenAINormaliser:
                 function = {}
             self.calls.fragment(index, _text(fragment.get("id")), _text(function.get("name")),
                                 _arguments(function.get("arguments")), out)
+            self._keep_extra(self.calls.open_id(index), fragment)
+
+    def _keep_extra(self, call_id: str | None, call: dict[str, Any]) -> None:
+        """Remember a tool call's non-empty ``extra_content`` object under its id."""
+        extra = call.get("extra_content")
+        if call_id is not None and type(extra) is dict and extra:
+            self.extras[call_id] = extra
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
         """A whole (non-streamed) chat completion → the events a stream would give (SPEC §2)."""
@@ -213,6 +245,8 @@ class OpenAINormaliser:
         content = message.get("content")
         if content and type(content) is str:
             out.append(DeltaEvent(content=content))
+        elif content and type(content) is list:
+            content_parts(content, out)
         calls = message.get("tool_calls")
         if type(calls) is not list:
             calls = [dict(message["function_call"], id=None)] if type(message.get("function_call")) is dict else []
@@ -223,6 +257,7 @@ class OpenAINormaliser:
             if type(function) is not dict:
                 continue
             call_id = _text(call.get("id")) or generated_call_id(index)
+            self._keep_extra(call_id, call)
             out.append(ToolCallStartEvent(id=call_id, name=_text(function.get("name")) or ""))
             args = _arguments(function.get("arguments"))
             if args:
@@ -254,12 +289,19 @@ class OpenAIChatClient(BaseChatClient):
         transport: an ``httpx`` transport instead of the network (tests).
         max_tokens: sent as ``max_tokens`` when set.
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
+        reasoning_effort: sent as ``reasoning_effort`` when set (OpenAI's reasoning models;
+            Gemini maps it to its thinking budget, docs/providers.md "Gemini").
+
+    A tool call that arrives with an ``extra_content`` object (Gemini's thought signature) gets
+    it back when the same client sends that call in a later request of the turn (the agent loop
+    uses one client per turn); Gemini 3 answers 400 to a call of the current turn without it.
     """
 
     def __init__(self, *, base_url: str, model: str, api_key: str | None = None, temperature: float | None = None,
                  tool_choice: Any = "auto", extra_headers: Mapping[str, str] | None = None,
                  timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 max_tokens: int | None = None, pool: ConnectionPool | None = None) -> None:
+                 max_tokens: int | None = None, pool: ConnectionPool | None = None,
+                 reasoning_effort: str | None = None) -> None:
         super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -267,15 +309,19 @@ class OpenAIChatClient(BaseChatClient):
         self.temperature = temperature
         self.tool_choice = tool_choice
         self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort
+        self._extras: dict[str, dict[str, Any]] = {}
+        """Call id → ``extra_content`` received with that call, for this client's life (one turn)."""
 
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
         """Body members in GW-15 order: model, messages (system first, SC-1), stream,
-        stream_options, [temperature], [max_tokens], [tools, tool_choice, parallel_tool_calls]."""
+        stream_options, [temperature], [max_tokens], [reasoning_effort], [tools, tool_choice,
+        parallel_tool_calls]."""
         headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": [{"role": "system", "content": system_prompt}, *map(_wire_message, messages)],
+            "messages": [{"role": "system", "content": system_prompt}, *map(self._outgoing, messages)],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -283,14 +329,29 @@ class OpenAIChatClient(BaseChatClient):
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
+        if self.reasoning_effort is not None:
+            body["reasoning_effort"] = self.reasoning_effort
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = _tool_choice_for(self.tool_choice, messages, tools)
+            body["tool_choice"] = tool_choice_for(self.tool_choice, messages, tools)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
     def _normaliser(self) -> Normaliser:
-        return OpenAINormaliser()
+        return OpenAINormaliser(self._extras)
+
+    def _outgoing(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One history message as sent (:func:`_wire_message`), its tool calls carrying again
+        the ``extra_content`` this client received with them (Gemini's thought signatures,
+        docs/providers.md "Gemini")."""
+        message = _wire_message(message)
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls or not self._extras or type(calls) is not list:
+            return message
+        echoed = [dict(call, extra_content=self._extras[call["id"]])
+                  if type(call) is dict and call.get("id") in self._extras and "extra_content" not in call else call
+                  for call in calls]
+        return {**message, "tool_calls": echoed}
 
 
 def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -303,7 +364,7 @@ def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
     return message
 
 
-def _tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
+def tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
                      tools: Sequence[Mapping[str, Any]]) -> Any:
     """The ``tool_choice`` of one request (jxai's rule, not a provider's).
 

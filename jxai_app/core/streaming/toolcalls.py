@@ -6,7 +6,7 @@ Rules (they replace the seed's SC-10 and SC-26; SC-8, SC-9, SC-11, SC-13, SC-27 
   to that call's id (llama.cpp repeats id and name on every chunk: one ``tool_call_start``).
 - A different id at an open index closes the old call and opens a new one.
 - A fragment at an index with no open call opens one; without an id it gets a generated id
-  ``call_<index>_<8 hex>``.
+  ``call_<index>_<8 hex>``. A fragment with no id, name or argument text opens nothing.
 - ``tool_call_start`` goes out once the call has a name; argument text that arrives before
   the name is held and sent right after the start; a call that closes nameless starts with
   name ``""`` just before its end. Argument text is never dropped silently.
@@ -73,6 +73,8 @@ class ToolCallAssembler:
             args: the argument-text fragment (``""`` for none).
         """
         call = self._by_index.get(index)
+        if call is None and call_id is None and not name and not args:
+            return  # nothing to open a call with (e.g. Gemini's metadata-only fragment)
         if call is not None and call_id is not None and call_id != call.id:
             self._close(call, out)
             call = None
@@ -92,6 +94,11 @@ class ToolCallAssembler:
                 out.append(ToolCallDeltaEvent(id=call.id, args=args))
             else:
                 call.held.append(args)
+
+    def open_id(self, index: int) -> str | None:
+        """The id of the call open at ``index``, if any."""
+        call = self._by_index.get(index)
+        return call.id if call is not None else None
 
     def close_all(self, out: list[StreamEvent]) -> None:
         """Close every open call in opening order (finish reason, ``[DONE]``, end of body)."""

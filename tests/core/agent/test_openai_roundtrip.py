@@ -13,7 +13,7 @@ from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.tools import ToolContext, ToolRegistry, tool, tool_success
 from tests.core.agent.scripted import Turn, context_factory_for
 from tests.support.fake_provider import (
-    FakeProvider, Request, Script, json_response, openai_text_stream, openai_tool_call_stream,
+    FakeProvider, Request, Script, json_response, openai_chunk, openai_text_stream, openai_tool_call_stream,
 )
 
 USER = {"role": "user", "content": "Weather in Oslo?"}
@@ -110,3 +110,23 @@ async def test_stop_during_a_slow_tool_sends_no_further_request() -> None:
     assert result.success and result.result["data"] == "found it"
     assert turn.end.outcome == "cancelled"
     assert json.loads(turn.end.appended[-1]["content"])["data"] == "found it"
+
+
+async def test_a_tool_calls_extra_content_goes_back_with_it_in_the_next_round() -> None:
+    """Gemini's thought signature (docs/providers.md "Gemini"): sent back on the call it came with."""
+    signature = {"google": {"thought_signature": "CpMBAdHtim8sig"}}
+
+    def handler(request: Request) -> Script:
+        if len(fake.requests) == 1:
+            call = {"id": "function-call-1", "type": "function", "extra_content": signature,
+                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+            return Script(writes=[openai_chunk({"role": "assistant", "tool_calls": [call]}),
+                                  openai_chunk({}, "stop"), b"data: [DONE]\n\n"])
+        return Script(writes=openai_text_stream(["21 °C."]))
+
+    with FakeProvider(handler=handler) as fake:
+        turn = await _turn(fake, ToolRegistry([get_weather]))
+    assert turn.end.outcome == "complete"
+    sent_call = fake.requests[1].json["messages"][-2]["tool_calls"][0]
+    assert sent_call["id"] == "function-call-1" and sent_call["extra_content"] == signature
+    assert "extra_content" not in turn.end.appended[0]["tool_calls"][0]  # the history itself is not changed

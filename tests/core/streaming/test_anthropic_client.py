@@ -114,7 +114,8 @@ async def test_thinking_text_and_tool_use() -> None:
 
 @pytest.mark.parametrize(("reason", "expected"), [("end_turn", "stop"), ("stop_sequence", "stop"),
                                                   ("max_tokens", "length"), ("refusal", "content_filter"),
-                                                  ("something_new", "stop")])
+                                                  ("model_context_window_exceeded", "length"),
+                                                  ("pause_turn", "stop"), ("something_new", "stop")])
 async def test_stop_reasons(reason: str, expected: str) -> None:
     events = await collect(client_for([start(), *stop(reason)]).stream_chat(USER, [], ""))
     assert events[-1] == {"type": "done", "stopReason": expected}
@@ -150,3 +151,20 @@ async def test_non_streamed_message_body() -> None:
                       {"type": "tool_call_end", "id": "toolu_9"},
                       {"type": "usage", "inputTokens": 4, "outputTokens": 6},
                       {"type": "done", "stopReason": "tool_calls"}]
+
+
+async def test_non_streamed_message_with_server_tools_gives_only_the_client_call() -> None:
+    """docs/providers.md "Anthropic": provider-run tools and their results are not client calls."""
+    message = {"type": "message", "role": "assistant", "stop_reason": "tool_use",
+               "content": [{"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                            "input": {"query": "Rome weather"}},
+                           {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                           {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "station", "server_name": "s",
+                            "input": {}},
+                           {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": []},
+                           {"type": "tool_use", "id": "toolu_7", "name": "get_weather", "input": {"city": "Rome"}}],
+               "usage": {"input_tokens": 4, "output_tokens": 6}}
+    events = await collect(client_for(json.dumps(message).encode(), content_type="application/json")
+                           .stream_chat(USER, GET_WEATHER, ""))
+    assert [e["type"] for e in events] == ["tool_call_start", "tool_call_delta", "tool_call_end", "usage", "done"]
+    assert {e["id"] for e in events if e["type"].startswith("tool_call")} == {"toolu_7"}

@@ -167,6 +167,21 @@ async def test_json_completion_with_tool_calls() -> None:
                       {"type": "done", "stopReason": "tool_calls"}]
 
 
+async def test_json_completion_with_mistral_typed_content_parts() -> None:
+    """docs/providers.md "Mistral": a whole message's content may be a list of typed parts too."""
+    completion = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": [{"type": "thinking", "thinking": "Short greeting."},
+                                         {"type": "image_url", "image_url": "https://img.example/x.png"},
+                                         {"type": "text", "text": "Hello!"}]}}],
+                  "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}}
+    events = await collect(client_for(json.dumps(completion).encode(), content_type="application/json")
+                           .stream_chat(USER, [], ""))
+    assert events == [{"type": "reasoning", "content": "Short greeting."},
+                      {"type": "delta", "content": "Hello!"},
+                      {"type": "usage", "inputTokens": 5, "outputTokens": 9},
+                      {"type": "done", "stopReason": "stop"}]
+
+
 @pytest.mark.parametrize(("body", "code"), [
     (b"{\"error\": {\"message\": \"quota\", \"code\": \"insufficient_quota\"}}", "insufficient_quota"),
     (b"{\"object\": \"list\", \"data\": []}", "unexpected_response"),

@@ -168,23 +168,27 @@ def check_turn_allowed(user: Any) -> None:
     from jxai_app.models import TurnAdmission
 
     at = now()
-    with transaction.atomic(savepoint=False):  # a refusal rolls back the caller's transaction too
+    refusal: ProblemError | None = None
+    # No savepoint, and a refusal raised outside the block: the caller's transaction stays usable.
+    with transaction.atomic(savepoint=False):
         allowance = allowance_for(user)
         used = ledger.tokens_on(user.pk, _today(at))
         if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
             midnight = datetime.combine(_today(at) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
             retry = max(1, math.ceil((midnight - at).total_seconds()))
-            raise problem_error("quota-exceeded", f"You have used {used} of your {allowance.tokens_per_day} tokens "
-                                                  f"for today (UTC); the allowance renews in {retry} s.",
-                                retry_after=retry)
-        if allowance.turns_per_minute <= 0:
-            return
-        get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
-        window = TurnAdmission.objects.filter(user_id=user.pk)
-        window.filter(at__lte=at - WINDOW).delete()
-        if window.count() >= allowance.turns_per_minute:
-            raise _rate_limited(user, allowance.turns_per_minute, at)
-        TurnAdmission.objects.create(user_id=user.pk, at=at)
+            refusal = problem_error("quota-exceeded", f"You have used {used} of your {allowance.tokens_per_day} "
+                                                      f"tokens for today (UTC); the allowance renews in {retry} s.",
+                                    retry_after=retry)
+        elif allowance.turns_per_minute > 0:
+            get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
+            window = TurnAdmission.objects.filter(user_id=user.pk)
+            window.filter(at__lte=at - WINDOW).delete()
+            if window.count() >= allowance.turns_per_minute:
+                refusal = _rate_limited(user, allowance.turns_per_minute, at)
+            else:
+                TurnAdmission.objects.create(user_id=user.pk, at=at)
+    if refusal is not None:
+        raise refusal
 
 
 acheck_turn_allowed = database_sync_to_async(check_turn_allowed)

@@ -1,5 +1,6 @@
 """The model registry's configuration: the plain dict, its validation, and the records it
-becomes (SPEC §7). Framework-free: no Django import.
+becomes (docs/architecture.md "Settings"; the README's "Configuration"). Framework-free: no
+Django import.
 
 The dict::
 
@@ -151,7 +152,7 @@ class ModelConfig:
         supports_tools: whether tools may be sent to it.
         tool_choice: the ``tool_choice`` to send with tools (``None`` = ``auto``); used by
             the ``openai`` and ``openai-responses`` kinds only.
-        temperature: sent when set; ``None`` = not sent (reasoning models reject it, seed §7).
+        temperature: sent when set; ``None`` = not sent (reasoning models reject it).
         label: a name for people (``None`` = the alias).
         max_tokens: the output token cap sent upstream, or ``None``.
         reasoning_effort: how hard a reasoning model thinks (``"low"``, ``"medium"``, …), sent

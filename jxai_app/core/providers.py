@@ -1,4 +1,5 @@
-"""The model registry: providers, models and roles, built from a plain dict (SPEC §7).
+"""The model registry: providers, models and roles, built from a plain dict
+(docs/architecture.md "Settings"; the README's "Configuration").
 
 Framework-free core: no Django import. The Django layer (``conf.py``) fills the dict from
 settings and the environment; :mod:`jxai_app.core.model_config` describes and validates it (and
@@ -30,7 +31,7 @@ logger = logging.getLogger("jxai_app.core.providers")
 
 
 class ModelRegistry:
-    """The configured providers, models and roles (SPEC §7).
+    """The configured providers, models and roles (docs/architecture.md "Settings").
 
     Build it with ``ModelRegistry.from_dict``. Models keep their configuration order.
 
@@ -159,7 +160,8 @@ class ModelRegistry:
         ]
 
     def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None, pool: Any = None) -> Any:
-        """Construct the streaming client for a model (SPEC §2), reading its key now.
+        """Construct the streaming client for a model (docs/streaming.md "The client
+        interface"), reading its key now.
 
         Args:
             alias: the model alias.

@@ -1,5 +1,5 @@
-"""jxai's framework-free streaming core (SPEC §1, §2): normalised events and the clients
-that produce them. Never imports Django.
+"""jxai's framework-free streaming core (docs/streaming.md): normalised events and the
+clients that produce them. Never imports Django.
 
 Public names::
 

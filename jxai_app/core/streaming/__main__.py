@@ -1,4 +1,5 @@
-"""Command line: run one chat against a provider and print each event as a JSON line (SPEC §2).
+"""Command line: run one chat against a provider and print each event as a JSON line
+(docs/streaming.md "The command line").
 
 Usage::
 
@@ -14,7 +15,8 @@ Ctrl-C sets the cancel signal, so the stream ends with ``done: cancelled``.
 
 API keys default to ``OPENAI_API_KEY`` (openai, openai-responses) / ``ANTHROPIC_API_KEY`` /
 ``JXAI_API_KEY`` (proxy); base URLs to ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``; the model to
-``JXAI_MODEL``. ``--provider openai-responses`` speaks OpenAI's Responses API (docs/providers.md).
+``JXAI_MODEL``. ``--provider openai-responses`` speaks OpenAI's Responses API (docs/providers.md
+"OpenAI Responses API").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The Anthropic Messages API streaming client (SPEC §2 "Anthropic client"; replaces the
-seed's stub, SC-30).
+"""The Anthropic Messages API streaming client (docs/streaming.md "Anthropic client";
+docs/providers.md "Anthropic").
 
 ``POST {base_url}/messages`` with ``x-api-key`` and ``anthropic-version: 2023-06-01``. The
 OpenAI-shape history is converted (:func:`convert_messages`, :func:`convert_tools`) and the
@@ -262,7 +262,7 @@ def _tool_input(arguments: Any) -> dict[str, Any]:
 
 
 def convert_messages(messages: Sequence[Mapping[str, Any]], system_prompt: str) -> tuple[str, list[dict[str, Any]]]:
-    """OpenAI-shape history → Anthropic ``(system, messages)`` (SPEC §2).
+    """OpenAI-shape history → Anthropic ``(system, messages)`` (docs/streaming.md "Anthropic client").
 
     System messages join the system prompt; assistant ``tool_calls`` become ``tool_use``
     blocks (arguments parsed, ``{}`` when unparseable); consecutive ``tool`` messages become

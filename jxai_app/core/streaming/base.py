@@ -1,5 +1,6 @@
 """What every streaming client shares: the interface, timeouts, cancellation, HTTP, and the
-one place where failures become ``error`` events (SPEC §2; STYLE "one translation boundary").
+one place where failures become ``error`` events (docs/streaming.md "The client interface";
+docs/architecture.md "Errors").
 
 A provider client subclasses :class:`BaseChatClient` and supplies two things: how to build
 the request (:meth:`BaseChatClient._prepare`) and a :class:`Normaliser` that turns the
@@ -56,7 +57,8 @@ _TERMINAL: Final = (DoneEvent, ErrorEvent)
 
 @dataclass(frozen=True, slots=True)
 class ClientTimeouts:
-    """Network time limits, in seconds (SPEC §2); ``None`` disables one.
+    """Network time limits, in seconds; ``None`` disables one (docs/streaming.md "The client
+    interface").
 
     Attributes:
         connect: establishing the TCP/TLS connection.
@@ -71,7 +73,7 @@ class ClientTimeouts:
 
 @runtime_checkable
 class ChatClient(Protocol):
-    """The one interface every streaming client offers (SPEC §2)."""
+    """The one interface every streaming client offers (docs/streaming.md "The client interface")."""
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                     system_prompt: str | None, *, signal: Signal | None = None) -> AsyncIterator[StreamEvent]:
@@ -80,7 +82,7 @@ class ChatClient(Protocol):
         Args:
             messages: the history in OpenAI wire shape (``{"role", "content", …}``).
             tools: OpenAI function tools (``{"type": "function", "function": {...}}``); may be empty.
-            system_prompt: the system prompt (``""`` still sends a system message, SC-1).
+            system_prompt: the system prompt (``""`` still sends a system message).
             signal: set it to stop: the stream ends with ``done: cancelled`` within 100 ms.
 
         Yields:
@@ -119,12 +121,13 @@ class Normaliser(Protocol):
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
         """The events of a whole JSON answer (``application/json`` instead of a stream;
-        SPEC §2 "non-streaming answers"); a JSON error object raises ``UpstreamFault``."""
+        docs/streaming.md "Non-streamed answers"); a JSON error object raises ``UpstreamFault``."""
 
 
 def event_object(sse: ServerSentEvent) -> dict[str, Any] | None:
     """The JSON object one SSE event carries, on a stream whose objects name themselves with a
-    ``type`` member and that has no ``[DONE]`` sentinel (Anthropic, proxy; SPEC §2 data rules).
+    ``type`` member and that has no ``[DONE]`` sentinel (Anthropic, proxy; docs/streaming.md
+    "Data payloads").
 
     Returns:
         The object, or ``None`` for keep-alive noise (and ``[DONE]``) to skip.
@@ -170,7 +173,7 @@ class BaseChatClient:
     """
 
     _body_code_first: bool = False
-    """Non-2xx: prefer the body's own string ``code`` over the status (proxy, SC-37)."""
+    """Non-2xx: prefer the body's own string ``code`` over the status (docs/streaming.md "Proxy client")."""
 
     def __init__(self, *, timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
                  extra_headers: Mapping[str, str] | None = None, pool: ConnectionPool | None = None) -> None:
@@ -205,7 +208,8 @@ class BaseChatClient:
     # -- the boundary ------------------------------------------------------------------------
     async def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                           system_prompt: str | None, *, signal: Signal | None = None) -> AsyncIterator[StreamEvent]:
-        """Stream one answer as normalised events (see :class:`ChatClient`; SPEC §2).
+        """Stream one answer as normalised events (see :class:`ChatClient`; docs/streaming.md "The client
+        interface").
 
         This is the client's single translation boundary: ``UpstreamFault`` (provider and
         framing failures), ``httpx`` timeouts and transport errors, and any unexpected
@@ -213,7 +217,7 @@ class BaseChatClient:
 
         Raises:
             ConfigurationError: only from the proxy client, when its lazily resolved chat URL
-                fails to resolve and the signal is not set (seed SC-43). Nothing else raises.
+                fails to resolve and the signal is not set (docs/streaming.md "Proxy client"). Nothing else raises.
         """
         if signal is not None and signal.is_set():
             yield _CANCELLED
@@ -239,7 +243,7 @@ class BaseChatClient:
             raise UpstreamFault("incomplete_stream", "The provider's answer ended without a result.")
         except Cancelled:
             yield _CANCELLED
-        except ConfigurationError:  # the proxy's chat-URL resolver failed (SC-42, SC-43)
+        except ConfigurationError:  # the proxy's chat-URL resolver failed (docs/streaming.md "Proxy client")
             if not guard.cancelled:
                 raise
             yield _CANCELLED

@@ -1,4 +1,4 @@
-"""The normalised stream events: jxai's wire contract (SPEC §1).
+"""The normalised stream events: jxai's wire contract (docs/streaming.md "Events").
 
 Every streaming client, the agent loop, the websocket consumer and the SSE endpoint speak
 these eight events. Each is a frozen, keyword-only dataclass with a literal ``type``
@@ -17,7 +17,7 @@ Wire form (compact JSON, ``ensure_ascii=False``; see :func:`encode_event`)::
     {"type":"done","stopReason":"stop"|"tool_calls"|"length"|"content_filter"|"cancelled"}
     {"type":"error","message":"…"[,"code":"429"][,"problem":{RFC 9457 document}]}
 
-A client that knows only the seed's six types can ignore ``reasoning`` and ``usage``.
+A client that knows only the six core types can ignore ``reasoning`` and ``usage``.
 Every stream ends with exactly one ``done`` or one ``error``; cancellation is ``done``
 with ``stopReason: "cancelled"``, never an ``error``.
 """
@@ -49,10 +49,11 @@ class DeltaEvent:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ReasoningEvent:
-    """A fragment of the model's thinking text, shown apart from the answer (SPEC §1)."""
+    """A fragment of the model's thinking text, shown apart from the answer (docs/streaming.md "Events")."""
 
     content: str
-    """The reasoning fragment; replayed later as ``reasoning_content`` (CS-31)."""
+    """The reasoning fragment; replayed later as ``reasoning_content`` (docs/store.md
+    "The OpenAI wire export")."""
     type: Literal["reasoning"] = field(default="reasoning", init=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +106,8 @@ class ToolCallEndEvent:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UsageEvent:
-    """Token counts for the request, sent at most once, right before ``done`` (SC-17, SC-18)."""
+    """Token counts for the request, sent at most once, right before ``done`` (docs/streaming.md "Events",
+    "Usage")."""
 
     input_tokens: int
     """Prompt tokens (OpenAI ``prompt_tokens``, Anthropic ``input_tokens``)."""
@@ -146,7 +148,8 @@ class DoneEvent:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ErrorEvent:
-    """The stream failed; nothing follows it (SPEC §1, §2 error-code table)."""
+    """The stream failed; nothing follows it (docs/streaming.md "Events", "Errors and their
+    codes")."""
 
     message: str
     """A human sentence; provider text only, never a stack trace or key."""
@@ -192,7 +195,7 @@ EVENT_TYPES: Final[tuple[str, ...]] = (
     "done",
     "error",
 )
-"""The wire ``type`` values, the contract's table order (SC-28)."""
+"""The wire ``type`` values, in the order of the table in docs/streaming.md "Events"."""
 
 
 def _text(data: Mapping[str, Any], key: str, *, allow_empty: bool = True) -> str:
@@ -283,7 +286,7 @@ def event_from_dict(data: Any) -> StreamEvent:
 
 
 def encode_event(event: StreamEvent) -> str:
-    """Serialise an event as compact JSON (SPEC §1; SSE-3 … SSE-5): one line, raw UTF-8."""
+    """Serialise an event as compact JSON: one line, raw UTF-8 (docs/streaming.md "Events")."""
     return json.dumps(event.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
 

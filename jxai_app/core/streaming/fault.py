@@ -5,10 +5,10 @@ Inside a client everything that goes wrong upstream — a non-2xx answer, an err
 :class:`UpstreamFault`. The client's single translation boundary
 (:meth:`jxai_app.core.streaming.base.BaseChatClient.stream_chat`) turns it, and every ``httpx``
 transport error, into exactly one :class:`~jxai_app.core.streaming.events.ErrorEvent` with a code
-and an RFC 9457 problem (SPEC §2 error-code table). ``UpstreamFault`` never leaves a client.
+and an RFC 9457 problem (docs/streaming.md "Errors and their codes"). ``UpstreamFault`` never leaves a client.
 
-Message extraction for non-2xx bodies follows the seed's UE-1 … UE-9 (§2.6), plus SPEC §2:
-an ``application/problem+json`` body gives its ``detail``, else its ``title``. A message is
+Message extraction for non-2xx bodies follows docs/streaming.md "Error messages from a
+non-2xx body" (an ``application/problem+json`` body gives its ``detail``, else its ``title``). A message is
 kept whole (up to the body's :data:`MAX_ERROR_BODY`) until its event is made: credentials are
 masked first, then it is cut to :data:`MAX_MESSAGE` characters (:func:`redact_and_clip`).
 """
@@ -26,7 +26,8 @@ from jxai_app.core.problems import problem, problem_for_status
 from jxai_app.core.streaming.events import ErrorEvent
 
 MAX_ERROR_BODY: Final[int] = 64 * 1024
-"""Bytes of a non-2xx body read for the error message (SPEC §2)."""
+"""Bytes of a non-2xx body read for the error message (docs/streaming.md "Error messages
+from a non-2xx body")."""
 
 MAX_MESSAGE: Final[int] = 2000
 """Longest message (and code) an ``error`` event carries, in characters; longer ones are
@@ -41,7 +42,8 @@ class UpstreamFault(Exception):
         message: the human sentence (provider text or ours).
         slug: the problem type (``upstream-failure`` unless given).
         status: the upstream HTTP status, when the fault is a non-2xx answer; the problem
-            type then follows the status (PB-6, PB-7; 429 → rate-limited, 504 → upstream-timeout).
+            type then follows the status (429 → rate-limited, 504 → upstream-timeout;
+            docs/streaming.md "Errors and their codes").
         cut: the text ``message`` comes from was cut before it got here (an error body read
             up to :data:`MAX_ERROR_BODY`), so its end may be the start of a credential.
     """
@@ -140,7 +142,7 @@ def redact_and_clip(text: str, secrets: Sequence[str], limit: int = MAX_MESSAGE,
 
 
 def provider_error_fault(error: Any) -> UpstreamFault:
-    """Fault for a provider's error inside a 200 stream (SPEC §2).
+    """Fault for a provider's error inside a 200 stream (docs/streaming.md "Errors and their codes").
 
     Args:
         error: the provider's error object (``{"message", "code", "type"}``), a bare string,
@@ -173,7 +175,8 @@ def provider_error_fault(error: Any) -> UpstreamFault:
 def error_event_fault(data: str) -> UpstreamFault:
     """Fault for an SSE event named ``error`` (or a non-standard ``error:`` field): a JSON
     object is the provider's error object (or ``{"error": {...}}`` around it); plain text is
-    the message with code ``upstream_error`` (SPEC §2)."""
+    the message with code ``upstream_error`` (docs/streaming.md "SSE framing", "Errors and
+    their codes")."""
     text = data.strip()
     if text.startswith("{"):
         try:
@@ -187,14 +190,15 @@ def error_event_fault(data: str) -> UpstreamFault:
 
 
 def http_fault(status: int, reason: str, body: bytes, content_type: str, *, body_code_first: bool = False) -> UpstreamFault:
-    """Fault for a non-2xx answer (SC-20, SC-37, SC-38, UE-1 … UE-9, NZ-1, NZ-2).
+    """Fault for a non-2xx answer (docs/streaming.md "Errors and their codes", "Error messages from a
+    non-2xx body").
 
     Args:
         status: the HTTP status.
-        reason: the reason phrase (the fallback for an empty body, UE-1).
+        reason: the reason phrase (the fallback for an empty body).
         body: up to :data:`MAX_ERROR_BODY` bytes of the body (that many: it was cut there).
         content_type: the response's ``Content-Type`` (may be empty).
-        body_code_first: proxy rule (SC-37): the body's own top-level non-empty string
+        body_code_first: proxy rule (docs/streaming.md "Proxy client"): the body's own top-level non-empty string
             ``code`` becomes the event code instead of the status.
 
     Returns:
@@ -221,7 +225,8 @@ def http_fault(status: int, reason: str, body: bytes, content_type: str, *, body
 
 
 def extract_message(text: str, value: Any, fallback: str, *, problem_json: bool = False, is_html: bool = False) -> str:
-    """One human sentence from an error body (UE-1 … UE-9; SPEC §2 for problem+json).
+    """One human sentence from an error body (docs/streaming.md "Error messages from a non-2xx
+    body").
 
     Args:
         text: the body text, stripped.

@@ -1,10 +1,12 @@
-"""Cancellation and deadlines for network waits (SPEC §2 "Cancellation, all clients", timeouts).
+"""Cancellation and deadlines for network waits (docs/streaming.md "Cancellation";
+timeouts: "The client interface").
 
 A :class:`Guard` lives for one ``stream_chat`` call. One watcher task waits on the caller's
 signal; when it fires, it expires the ``asyncio.timeout`` around the network wait in progress,
-so a silent provider is abandoned at once (well within SPEC's 100 ms) and the wait reports
-:class:`Cancelled` instead of a timeout. Waits that reach their own deadline raise a
-``timeout`` :class:`~jxai_app.core.streaming.fault.UpstreamFault` (problem ``upstream-timeout``).
+so a silent provider is abandoned at once (well within the 100 ms that docs/streaming.md
+"Cancellation" promises) and the wait reports :class:`Cancelled` instead of a timeout. Waits
+that reach their own deadline raise a ``timeout``
+:class:`~jxai_app.core.streaming.fault.UpstreamFault` (problem ``upstream-timeout``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible streaming client (SPEC §2; seed SC-1 … SC-24, SC-27, GW-15).
+"""The OpenAI-compatible streaming client (docs/streaming.md "OpenAI-compatible requests" to
+"Non-streamed answers").
 
 ``POST {base_url}/chat/completions`` with ``stream: true`` and usage requested; the answer's
 ``chat.completion.chunk`` events become normalised events. Works with OpenAI, OpenRouter,
@@ -39,11 +40,12 @@ _FINISH: Final[dict[str, StopReason]] = {
     "length": "length",
     "content_filter": "content_filter",
 }
-"""Provider finish reasons we know; anything else is ignored (SPEC §2)."""
+"""Provider finish reasons we know; anything else is ignored (docs/streaming.md "Finish reasons and
+the end of the body")."""
 
 
 def map_usage(usage: Any) -> UsageEvent | None:
-    """OpenAI ``usage`` → :class:`UsageEvent` (SC-17 … SC-19; docs/providers.md "Token counts").
+    """OpenAI ``usage`` → :class:`UsageEvent` (docs/streaming.md "Usage"; docs/providers.md "Token counts").
 
     ``inputTokens`` ← ``prompt_tokens`` (required, a number), ``outputTokens`` ←
     ``completion_tokens`` or 0, plus ``completion_tokens_details.reasoning_tokens`` when the
@@ -117,7 +119,8 @@ def _reasoning(message: dict[str, Any]) -> str | None:
 
 
 class OpenAINormaliser:
-    """Chat-completion chunks → normalised events, for one response (SPEC §2 rules)."""
+    """Chat-completion chunks → normalised events, for one response (docs/streaming.md "Text and
+    reasoning" to "Non-streamed answers")."""
 
     __slots__ = ("calls", "finish", "usage", "extras")
 
@@ -126,7 +129,8 @@ class OpenAINormaliser:
         self.finish: StopReason | None = None
         self.usage: UsageEvent | None = None
         self.extras = extras if extras is not None else {}
-        """Call id → the ``extra_content`` object a tool call carried (docs/providers.md "Gemini")."""
+        """Call id → the ``extra_content`` object a tool call carried (docs/providers.md
+        "Google Gemini (OpenAI-compatible endpoint)")."""
 
     def on_event(self, sse: ServerSentEvent, out: list[StreamEvent]) -> None:
         """One SSE event: an ``error`` event, ``[DONE]``, noise, or a chunk object."""
@@ -158,7 +162,8 @@ class OpenAINormaliser:
 
     def _chunk(self, chunk: dict[str, Any], out: list[StreamEvent]) -> None:
         """One ``chat.completion.chunk``: error member, usage, then ``choices[0]``'s delta
-        (text before reasoning, SC-7; then tool calls) and finish reason."""
+        (text before reasoning, docs/streaming.md "Text and reasoning"; then tool calls,
+        "Tool-call fragments") and finish reason."""
         error = chunk.get("error")
         if error:
             raise provider_error_fault(error)
@@ -227,7 +232,8 @@ class OpenAINormaliser:
             self.extras[call_id] = extra
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
-        """A whole (non-streamed) chat completion → the events a stream would give (SPEC §2)."""
+        """A whole (non-streamed) chat completion → the events a stream would give (docs/streaming.md
+        "Non-streamed answers")."""
         if type(body) is not dict:
             raise _not_a_completion()
         if body.get("error"):
@@ -282,15 +288,15 @@ class OpenAIChatClient(BaseChatClient):
         base_url: the API root, e.g. ``https://api.openai.com/v1`` (``/chat/completions`` is appended).
         model: the provider's model id.
         api_key: sent as ``Authorization: Bearer …`` when set (local servers need none).
-        temperature: sent only when set; ``0`` is sent (SC-3).
-        tool_choice: sent with a non-empty tool list, with ``parallel_tool_calls: true`` (SC-4).
+        temperature: sent only when set; ``0`` is sent.
+        tool_choice: sent with a non-empty tool list, with ``parallel_tool_calls: true``.
         extra_headers: added to every request (e.g. OpenRouter's ``HTTP-Referer``).
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
         max_tokens: sent as ``max_tokens`` when set.
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
         reasoning_effort: sent as ``reasoning_effort`` when set (OpenAI's reasoning models;
-            Gemini maps it to its thinking budget, docs/providers.md "Gemini").
+            Gemini maps it to its thinking budget, docs/providers.md "Google Gemini (OpenAI-compatible endpoint)").
 
     A tool call that arrives with an ``extra_content`` object (Gemini's thought signature) gets
     it back when the same client sends that call in a later request of the turn (the agent loop
@@ -315,7 +321,8 @@ class OpenAIChatClient(BaseChatClient):
 
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                        system_prompt: str, guard: Guard) -> PreparedRequest:
-        """Body members in GW-15 order: model, messages (system first, SC-1), stream,
+        """Body members in the order of docs/streaming.md "OpenAI-compatible requests": model,
+        messages (system first), stream,
         stream_options, [temperature], [max_tokens], [reasoning_effort], [tools, tool_choice,
         parallel_tool_calls]."""
         headers = self._headers({"Authorization": f"Bearer {self.api_key}" if self.api_key else None})
@@ -343,7 +350,7 @@ class OpenAIChatClient(BaseChatClient):
     def _outgoing(self, message: Mapping[str, Any]) -> Mapping[str, Any]:
         """One history message as sent (:func:`_wire_message`), its tool calls carrying again
         the ``extra_content`` this client received with them (Gemini's thought signatures,
-        docs/providers.md "Gemini")."""
+        docs/providers.md "Google Gemini (OpenAI-compatible endpoint)")."""
         message = _wire_message(message)
         calls = message.get("tool_calls") if message.get("role") == "assistant" else None
         if not calls or not self._extras or type(calls) is not list:

@@ -1,5 +1,5 @@
-"""Shared provider connections: one pooled ``httpx.AsyncClient`` per event loop (issue 4,
-time to first token).
+"""Shared provider connections: one pooled ``httpx.AsyncClient`` per event loop, for the time
+to first token (docs/streaming.md "Connections").
 
 Without a pool every model request builds an ``httpx.AsyncClient`` and opens a new TCP
 connection, plus a TLS handshake for an ``https`` provider (one or more round trips, tens of

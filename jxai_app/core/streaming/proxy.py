@@ -1,18 +1,18 @@
 """The proxy client: talks to a backend that already speaks normalised events, such as jxai's
-own ``POST /ai/chat`` (SPEC §2 "Proxy client"; seed SC-31 … SC-43).
+own ``POST /ai/chat`` (docs/streaming.md "Proxy client").
 
 ``POST chat_url`` with ``{messages, tools, systemPrompt, model}``; ``X-Api-Key`` and
-``X-Api-Base-URL`` only when configured (SC-32). Each SSE data object is an event and is
-re-yielded (SC-33) after the shared data rules: noise is skipped (SC-36), JSON that is not an
+``X-Api-Base-URL`` only when configured. Each SSE data object is an event and is
+re-yielded after the shared data rules (docs/streaming.md "Data payloads"): noise is skipped, JSON that is not an
 object or is broken is ``invalid_stream``, objects that are not valid events are skipped,
-``[DONE]`` is ignored. The stream stops at the first ``done``/``error`` (SC-34); a body that
-ends with neither is ``incomplete_stream`` — a ``done`` is never invented (SC-35). On a
-non-2xx answer the body's own string ``code`` is the event code before the status (SC-37).
+``[DONE]`` is ignored. The stream stops at the first ``done``/``error``; a body that
+ends with neither is ``incomplete_stream`` — a ``done`` is never invented. On a
+non-2xx answer the body's own string ``code`` is the event code before the status.
 
 ``chat_url`` may be a function (sync or async) returning the URL; it is resolved inside the
-first stream, once, and reused (SC-40). A signal set during resolution gives
-``done: cancelled`` and sends nothing (SC-41, SC-42); a resolver failure without a signal
-raises :class:`~jxai_app.core.errors.ConfigurationError` out of ``stream_chat`` (SC-43).
+first stream, once, and reused. A signal set during resolution gives
+``done: cancelled`` and sends nothing; a resolver failure without a signal
+raises :class:`~jxai_app.core.errors.ConfigurationError` out of ``stream_chat``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from jxai_app.core.streaming.fault import UpstreamFault, provider_error_fault
 from jxai_app.core.streaming.pool import ConnectionPool
 
 DEFAULT_PROXY_MODEL: Final[str] = "gpt-4o"
-"""Model sent when none is configured (SC-31)."""
+"""Model sent when none is configured (docs/streaming.md "Proxy client")."""
 
 ChatURL = Union[str, Callable[[], Union[str, Awaitable[str]]]]
 
 
 class ProxyNormaliser:
-    """Normalised events on the wire → the same events, validated (SC-33 … SC-36)."""
+    """Normalised events on the wire → the same events, validated (docs/streaming.md "Proxy client")."""
 
     __slots__ = ()
 
@@ -59,7 +59,7 @@ class ProxyNormaliser:
 
     def on_eof(self) -> Sequence[StreamEvent]:
         """A proxy stream must end with ``done`` or ``error``: reaching EOF first is
-        ``incomplete_stream`` (SPEC §2)."""
+        ``incomplete_stream`` (docs/streaming.md "Proxy client")."""
         raise UpstreamFault("incomplete_stream", "The stream ended without a done or error event.")
 
     def on_json(self, body: Any) -> Sequence[StreamEvent]:
@@ -74,7 +74,7 @@ class ProxyChatClient(BaseChatClient):
 
     Args:
         chat_url: the endpoint, or a (sync or async) function returning it, resolved once.
-        model: sent as ``model``; ``gpt-4o`` when not given (SC-31).
+        model: sent as ``model``; ``gpt-4o`` when not given.
         api_key: sent as ``X-Api-Key`` when set (a jxai API token for jxai's ``/ai/chat``).
         api_base_url: sent as ``X-Api-Base-URL`` when set.
         extra_headers: added to every request.

@@ -1,5 +1,6 @@
 """Giving a response's connection back (or closing it) without ever interrupting httpcore's
-close (issue 4: memory back to baseline after a load round).
+close, so that a worker's memory returns to its baseline after a load round (docs/streaming.md
+"Connections").
 
 httpcore 1.0 keeps every request of a pool in a list until the response's stream is closed
 (``PoolByteStream.aclose``), and removes it only after the connection's own close has
@@ -8,7 +9,7 @@ skips the removal: the request, its connection, the socket and their buffers sta
 pool for the life of the process. A deadline implemented with ``asyncio.timeout`` around the
 read of an answer's last chunk does exactly that when the chunk is late and the provider
 closes the connection at the end of the body (the close runs inside that read). Under load
-(``bench/e2e.py``, 500 streams) about two in three streams leaked this way.
+(``bench/e2e.py``, 500 streams) about two in three streams would leak this way.
 
 So a response is finished here without cancelling anything inside httpcore:
 

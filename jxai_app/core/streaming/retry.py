@@ -1,6 +1,7 @@
-"""Retry a provider's 429 and 5xx answers that arrive before any output (issue 6 item 7).
+"""Retry a provider's 429 and 5xx answers that arrive before any output (docs/streaming.md "Retries").
 
-Framework-free. :class:`RetryingClient` wraps any streaming client (SPEC §2 interface). Each
+Framework-free. :class:`RetryingClient` wraps any streaming client (docs/streaming.md "The client
+interface"). Each
 attempt's **first** event decides: an ``error`` whose ``code`` is an HTTP status of 429 or
 5xx means the provider refused before producing anything, so the attempt is dropped (its
 stream closed) and, after a bounded exponential backoff with jitter, a fresh attempt is
@@ -30,7 +31,7 @@ __all__ = ["RetryPolicy", "RetryingClient", "is_retryable"]
 def is_retryable(event: StreamEvent) -> bool:
     """True for an ``error`` event whose ``code`` is the HTTP status 429 or 500 … 599.
 
-    Only non-2xx answers carry a numeric code (SPEC §2 error-code table); timeouts, network
+    Only non-2xx answers carry a numeric code (docs/streaming.md "Errors and their codes"); timeouts, network
     failures and errors inside a 200 stream are not retried here.
     """
     if type(event) is not ErrorEvent or not event.code or not event.code.isdigit():
@@ -80,7 +81,7 @@ class RetryingClient:
     """A streaming client that retries 429/5xx refusals made before any output.
 
     Args:
-        inner: the client to call (anything with ``stream_chat``, SPEC §2).
+        inner: the client to call (anything with ``stream_chat``, docs/streaming.md "The client interface").
         policy: retries and backoff.
         on_retry: optional ``on_retry(retry_number, error_event, delay_seconds)`` hook
             (logging, metrics); exceptions from it are not caught.

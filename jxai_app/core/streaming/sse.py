@@ -1,4 +1,4 @@
-"""Server-sent-event framing shared by every client (SPEC §2 "SSE framing"; SC-24, SC-25).
+"""Server-sent-event framing shared by every client (docs/streaming.md "SSE framing").
 
 Bytes go in as they arrive; complete SSE events come out. The field-level rules are those of
 the WHATWG event-stream interpretation, applied by ``httpx-sse``'s :class:`SSEDecoder`; this
@@ -17,8 +17,9 @@ module only adds what that decoder leaves to its caller:
 - **End of body**: :meth:`SSEReader.close` returns the event left without its closing blank
   line (if any) for the caller's end-of-body tolerance.
 
-:func:`parse_payload` applies SPEC §2's data-payload rules (trim; ``[DONE]``; JSON must be an
-object; broken JSON starting with ``{``/``[`` is ``invalid_stream``; anything else is noise).
+:func:`parse_payload` applies the data-payload rules of docs/streaming.md "Data payloads" (trim;
+``[DONE]``; JSON must be an object; broken JSON starting with ``{``/``[`` is ``invalid_stream``;
+anything else is noise).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from httpx_sse._decoders import SSEDecoder
 from jxai_app.core.streaming.fault import UpstreamFault
 
 MAX_LINE_BYTES: Final[int] = 1024 * 1024
-"""Longest SSE line accepted, in bytes (SPEC §2 error table: ``line_too_long``)."""
+"""Longest SSE line accepted, in bytes (``line_too_long``, docs/streaming.md "Errors and
+their codes")."""
 
 DONE: Final[object] = object()
 """Sentinel returned by :func:`parse_payload` for the ``[DONE]`` data payload."""
@@ -179,7 +181,7 @@ def _too_long(limit: int) -> UpstreamFault:
 
 
 def parse_payload(data: str, *, done_sentinel: bool = True) -> dict[str, Any] | object | None:
-    """Apply SPEC §2's data-payload rules to one event's ``data``.
+    """Apply the data-payload rules (docs/streaming.md "Data payloads") to one event's ``data``.
 
     Args:
         data: the event's data (multi-line data already joined by ``\\n``).
@@ -224,7 +226,7 @@ def parse_payload(data: str, *, done_sentinel: bool = True) -> dict[str, Any] | 
 
 def is_complete_object(data: str) -> bool:
     """True when ``data`` (trimmed) is ``[DONE]`` or parses as a JSON object — the end-of-body
-    tolerance for an event left without its closing blank line (SPEC §2)."""
+    tolerance for an event left without its closing blank line (docs/streaming.md "SSE framing")."""
     text = data.strip(_WHITESPACE)
     if text == "[DONE]":
         return True

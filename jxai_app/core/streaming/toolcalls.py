@@ -1,6 +1,7 @@
-"""Assembling OpenAI-style streamed tool-call fragments into start/delta/end events (SPEC §2).
+"""Assembling OpenAI-style streamed tool-call fragments into start/delta/end events
+(docs/streaming.md "Tool-call fragments").
 
-Rules (they replace the seed's SC-10 and SC-26; SC-8, SC-9, SC-11, SC-13, SC-27 kept):
+Rules:
 
 - A fragment continues the call open at its ``index`` when its ``id`` is absent **or equal**
   to that call's id (llama.cpp repeats id and name on every chunk: one ``tool_call_start``).

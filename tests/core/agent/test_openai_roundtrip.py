@@ -113,7 +113,8 @@ async def test_stop_during_a_slow_tool_sends_no_further_request() -> None:
 
 
 async def test_a_tool_calls_extra_content_goes_back_with_it_in_the_next_round() -> None:
-    """Gemini's thought signature (docs/providers.md "Gemini"): sent back on the call it came with."""
+    """Gemini's thought signature (docs/providers.md "Google Gemini (OpenAI-compatible endpoint)"):
+    sent back on the call it came with."""
     signature = {"google": {"thought_signature": "CpMBAdHtim8sig"}}
 
     def handler(request: Request) -> Script:

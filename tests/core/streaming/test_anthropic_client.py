@@ -1,5 +1,5 @@
 """Anthropic Messages client: history conversion, the request, and event normalisation
-(SPEC §2 "Anthropic client")."""
+(docs/streaming.md "Anthropic client")."""
 
 from __future__ import annotations
 

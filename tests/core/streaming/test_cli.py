@@ -1,4 +1,4 @@
-"""The command line ``python -m jxai_app.core.streaming`` (SPEC §2 "Command line"): JSON lines on
+"""The command line ``python -m jxai_app.core.streaming`` (docs/streaming.md "The command line"): JSON lines on
 stdout and exit status 0 (done), 1 (error), 2 (bad arguments), against a loopback server."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""OpenAI-compatible client through ``httpx.MockTransport``: the request it sends (SC-1 … SC-4,
-GW-15) and normalisation rules the shared wire cases do not pin down."""
+"""OpenAI-compatible client through ``httpx.MockTransport``: the request it sends
+(docs/streaming.md "OpenAI-compatible requests") and normalisation rules the shared wire cases do not pin down."""
 
 from __future__ import annotations
 

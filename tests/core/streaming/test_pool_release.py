@@ -1,5 +1,5 @@
 """Finishing a pooled response leaves nothing behind in httpcore's pool
-(jxai_app.core.streaming.release; issue 4, memory back to baseline).
+(jxai_app.core.streaming.release; docs/streaming.md "Connections": memory back to baseline).
 
 httpcore 1.0 drops a request from its pool's list only when the response's close ran to its
 end; a cancellation landing inside that close left the request, its connection and its

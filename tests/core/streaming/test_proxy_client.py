@@ -1,5 +1,5 @@
-"""Proxy client: request shape and headers (SC-31, SC-32), lazily resolved chat URL
-(SC-40 … SC-43), and event validation (SPEC §2 "Proxy client")."""
+"""Proxy client: request shape and headers, lazily resolved chat URL, and event validation
+(docs/streaming.md "Proxy client")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Network behaviour against a real HTTP server on 127.0.0.1 (SPEC §2): slow chunked writes,
+"""Network behaviour against a real HTTP server on 127.0.0.1 (docs/streaming.md "The client
+interface", "Cancellation", "SSE framing", "Errors and their codes"): slow chunked writes,
 stalls, timeouts, refused connections, connections dropped mid-body, endless lines, HTML
 error pages, and closing the iterator early."""
 

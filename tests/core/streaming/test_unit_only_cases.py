@@ -2,7 +2,7 @@
 loopback server: cancellation with held connections, and generated tool-call ids.
 
 Latency bounds are generous (1 s, for loaded CI machines); the measured figure is attached to
-the test report with ``record_property`` (SPEC §2 asks for 100 ms; ``bench/`` measures it).
+the test report with ``record_property`` (docs/streaming.md "Cancellation" promises 100 ms; ``bench/`` measures it).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from django.conf import settings
 from jxai_app import conf
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
+from jxai_app.store.common import storable
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
 from jxai_app.turns.session import Session, error_frame
 from jxai_app.web.login import still_signed_in
@@ -70,13 +71,9 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
 
 
 def _unicode(value: str) -> bool:
-    """False for text with a lone surrogate (``"\\ud800"`` is valid JSON but no UTF-8 can
-    carry it, so no database or frame could store it)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """False for text with a NUL or a lone surrogate (``"\\ud800"`` is valid JSON but no
+    UTF-8 can carry it; PostgreSQL stores no NUL): nothing could save it as sent."""
+    return storable(value) == value
 
 
 def _fits(kind: str, value: Any) -> bool:
@@ -120,7 +117,7 @@ def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict
                 raise _invalid(f"'{kind}' needs '{member}' ({expected}).")
             continue
         if not _fits(expected, frame[member]):
-            raise _invalid(f"'{kind}': '{member}' must be a {expected} (valid Unicode).")
+            raise _invalid(f"'{kind}': '{member}' must be a {expected} (valid Unicode, no NUL).")
     return frame
 
 
@@ -140,7 +137,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:
-        return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+        """Compact JSON; text a provider streamed with a lone surrogate (which UTF-8 cannot
+        carry) goes out escaped (``\\ud800``) instead of breaking the socket."""
+        text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+        if storable(text) != text:  # a lone surrogate (json.dumps escapes NUL itself)
+            return json.dumps(content, separators=(",", ":"))
+        return text
 
     async def connect(self) -> None:
         """Accept a logged-in user's socket (an anonymous one is closed with 4401), start its

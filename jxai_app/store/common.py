@@ -7,6 +7,7 @@ docs/store.md "Ownership"). Ids that do not parse are missing ids too.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Final
 
@@ -85,6 +86,16 @@ def next_position(conversation_id: uuid.UUID) -> int:
     """The position after the conversation's last message (0 when it has none)."""
     top = Message.objects.filter(conversation_id=conversation_id).aggregate(top=Max("position"))["top"]
     return 0 if top is None else top + 1
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` as every database can store it: NUL (PostgreSQL's ``text`` has none) and lone
+    surrogates (UTF-8 cannot encode them; a provider's JSON may carry ``"\\ud800"``) each
+    replaced by U+FFFD (docs/store.md "Rows")."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def title_from(text: str) -> str:

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
 from jxai_app.policy import ratelimit
-from jxai_app.store.common import next_position
+from jxai_app.store.common import next_position, storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.usage import context_tokens, context_warning
 
@@ -104,8 +104,9 @@ class TurnRecorder:
         if self.ended or not self.round_open:
             return not self.lost
         message = message or {}
-        text = message.get("content") or ""
+        text = storable(message.get("content") or "")
         reasoning = message.get("reasoning_content")
+        reasoning = None if reasoning is None else storable(reasoning)
         calls = message.get("tool_calls") or []
         started = call_started or {}
         now = timezone.now()
@@ -116,8 +117,9 @@ class TurnRecorder:
             if not written:
                 return self._lose()
             ToolCall.objects.bulk_create([
-                ToolCall(message_id=self.message_id, position=i, call_id=c["id"], name=c["function"]["name"],
-                         arguments=c["function"]["arguments"], started_at=started.get(c["id"], now))
+                ToolCall(message_id=self.message_id, position=i, call_id=storable(c["id"]),
+                         name=storable(c["function"]["name"]), arguments=storable(c["function"]["arguments"]),
+                         started_at=started.get(c["id"], now))
                 for i, c in enumerate(calls)])
             if usage:
                 ratelimit.record_usage(self.user, usage, estimated=estimated)
@@ -161,6 +163,8 @@ class TurnRecorder:
             if not self._owns_turn():
                 self._lose()
                 return None
+            if "content" in fields:
+                fields["content"] = storable(fields["content"])
             return Message.objects.create(conversation_id=self.conversation_id,
                                           position=next_position(self.conversation_id),
                                           role=MessageRole.ASSISTANT, model=self.model, **fields)
@@ -182,8 +186,8 @@ class TurnRecorder:
             if not self._owns_turn():
                 self._lose()
                 return None
-            return tool_result_insert(conversation_id=self.conversation_id, call_id=call_id, content=content,
-                                      success=success, now=timezone.now())
+            return tool_result_insert(conversation_id=self.conversation_id, call_id=storable(call_id),
+                                      content=storable(content), success=success, now=timezone.now())
 
     # ------------------------------------------------------------------ the turn's end
     def end_turn(self) -> bool:
@@ -208,7 +212,7 @@ class TurnRecorder:
             return not self.lost
         changes: dict[str, Any] = {
             "status": status, "turn_id": None, "turn_heartbeat": None, "updated_at": timezone.now(),
-            "last_error": error, "last_problem": dict(problem) if problem is not None else None,
+            "last_error": storable(error), "last_problem": dict(problem) if problem is not None else None,
         }
         if self._token_count is not None:
             changes["token_count"] = self._token_count

@@ -40,7 +40,7 @@ from tests.app.test_secrets_logs import SENTINEL, _assert_no_key_in_logs, _echo,
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
     MODEL, Tab, assert_in_order, closed_port, fake, hub, text_script,
 )
-from tests.support.fake_provider import FakeProvider, Handler, Request, Script, json_response
+from tests.support.fake_provider import FakeProvider, Handler, Request, Script, json_response, openai_chunk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -268,3 +268,27 @@ async def test_with_the_layer_down_sockets_connect_and_their_worker_s_turns_lose
     await owner.close()
     await other_tab.close()
     await worker.shutdown(timeout=5.0)
+
+
+# -- text no database can store (docs/store.md "Rows") ---------------------------------------
+async def test_nul_and_lone_surrogates_from_the_provider_are_saved_replaced_and_the_socket_works(
+        user: Any, fake: FakeProvider, hub: Any) -> None:
+    fake.add(Script(writes=[openai_chunk({"role": "assistant", "content": ""}),
+                            b'data: {"choices":[{"index":0,"delta":{"content":"nul\\u0000 and \\ud800 lone"}}]}\n\n',
+                            openai_chunk(None, "stop"), b"data: [DONE]\n\n"]))
+    tab = await Tab(user).open()
+    await tab.send(type="send", conversationId=None, text="Say something odd.")
+    assert (await _final(tab))["status"] == "idle"
+    assert tab.text() == "nul\x00 and \ud800 lone"  # streamed as sent, the surrogate escaped on the wire
+    cid = tab.frames[0]["conversation"]["id"]
+    assert (await saved(cid))[-1] == ("assistant", "nul\ufffd and \ufffd lone", "complete")
+
+    for bad in ("a\x00b", "a\ud800b"):  # the same from a client is refused, and the socket stays
+        await tab.send_raw(json.dumps({"type": "send", "conversationId": cid, "text": bad}))
+        refusal = await tab.until(lambda f: f["type"] == "error")
+        assert refusal["code"] == "invalid-request" and "no NUL" in refusal["message"]
+    fake.add(text_script(["still here"]))
+    await tab.send(type="send", conversationId=cid, text="Again.")
+    assert (await _final(tab))["status"] == "idle"
+    assert (await saved(cid))[-1] == ("assistant", "still here", "complete")
+    await tab.close()

@@ -305,3 +305,20 @@ def test_a_turn_s_writes_do_not_depend_on_how_it_streamed(user: Any) -> None:
     _plain_turn_writes(user, 1)  # the day's first ledger write inserts its row
     one, many = _plain_turn_writes(user, 1), _plain_turn_writes(user, 2000)
     assert one == many <= 7, (one, many)
+
+
+def test_a_send_to_a_foreign_conversation_reads_nothing_of_it(user: Any, other_user: Any, clock: FakeClock) -> None:
+    """Ownership is decided first, by one lookup of id and owner together: a send to someone
+    else's conversation reads none of its messages, so its size cannot show in the timing
+    (docs/store.md "Ownership")."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    conversation, recorder = _start(user, clock, "secret plans")
+    recorder.add_delta("x" * 100_000)
+    assert recorder.finish_round(stop_reason="stop", last=True)
+    with CaptureQueriesContext(connection) as queries, pytest.raises(ProblemError):
+        store.message_send(user=other_user, conversation_id=conversation.pk, text="let me in")
+    statements = [q["sql"] for q in queries.captured_queries
+                  if not q["sql"].startswith(("BEGIN", "ROLLBACK", "SAVEPOINT", "RELEASE"))]
+    assert len(statements) == 1 and "jxai_app_message" not in statements[0], statements

@@ -32,7 +32,7 @@ from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
 from jxai_app.store.common import LEASE_SECONDS
 
-__all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "turn_abandon", "turns_recover"]
+__all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "strays_drop", "turn_abandon", "turns_recover"]
 
 INTERRUPTED = ("The answer was interrupted: the server running it stopped before it finished. "
                "The partial answer was dropped; Retry to ask again.")
@@ -94,7 +94,8 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
 
 def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False,
                   now: datetime | None = None) -> list[Recovered]:
-    """Recover every dead turn, and drop placeholders left outside any turn.
+    """Recover every dead turn (one indexed query for the candidates; the workers' lease
+    watch runs it every second).
 
     Args:
         lease: seconds after which an unrenewed lease has lapsed.
@@ -110,13 +111,17 @@ def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False,
         cutoff = _cutoff(lease, now)
         candidates = candidates.filter(turn_heartbeat__lt=cutoff) | candidates.filter(
             status=ConversationStatus.STREAMING, turn_heartbeat__isnull=True)
-    recovered = [
+    return [
         Recovered(conversation_id=cid, turn_id=tid, owner_id=owner)
         for cid, tid, owner in candidates.values_list("pk", "turn_id", "owner_id")
         if turn_abandon(conversation_id=cid, turn_id=tid, interrupted=True, lease=None if everything else lease, now=now)
     ]
-    # A placeholder outside a streaming conversation cannot belong to a live turn.
-    Message.objects.filter(status=MessageStatus.STREAMING).exclude(
-        conversation__status=ConversationStatus.STREAMING
-    ).delete()
-    return recovered
+
+
+def strays_drop() -> int:
+    """Delete placeholders left outside any running turn (a crash between two writes of an
+    older version); a scan of the messages, for the ``recover_partial_messages`` command, not
+    the lease watch. Returns how many were deleted."""
+    deleted, _ = Message.objects.filter(status=MessageStatus.STREAMING).exclude(
+        conversation__status=ConversationStatus.STREAMING).delete()
+    return deleted

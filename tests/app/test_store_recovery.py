@@ -131,7 +131,8 @@ def test_a_send_takes_over_a_dead_turn_and_refuses_a_live_one(user: Any, clock: 
 def test_stray_placeholder_outside_a_turn_is_dropped(user: Any) -> None:
     conversation = store.conversation_create(user=user, model="m")
     Message.objects.create(conversation=conversation, position=0, role="assistant", status="streaming")
-    assert store.turns_recover() == []
+    assert store.turns_recover() == [], "no turn to recover: the watch leaves the stray alone"
+    assert _run_command() == "recovered 0 conversations\n"
     assert not Message.objects.filter(conversation=conversation).exists()
 
 

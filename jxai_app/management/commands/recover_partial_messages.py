@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jxai_app import conf
-from jxai_app.store import turns_recover
+from jxai_app.store import strays_drop, turns_recover
 from jxai_app.turns.hub import choose_delivery
 from jxai_app.turns.recovery import publish_recovered, snapshot_of
 
@@ -38,6 +38,7 @@ class Command(BaseCommand):
         if options["stale_after"] < 0:
             raise CommandError("--stale-after must not be negative", returncode=2)
         recovered = turns_recover(lease=options["stale_after"], everything=options["everything"])
+        strays_drop()
         frames = [(turn.owner_id, snapshot_of(turn.conversation_id)) for turn in recovered]
         async_to_sync(self._publish)(frames)
         count = len(recovered)

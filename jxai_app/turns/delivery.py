@@ -38,6 +38,8 @@ BROADCAST_GROUP = "jxai.workers"
 """The channel-layer group every worker's channel is in."""
 FRAMES, CONTROL, REPLY, PING = "jxai.frames", "jxai.control", "jxai.reply", "jxai.ping"
 """Layer message types: frame batches, control requests, their replies, health pings."""
+MAX_OUTBOX = 20_000
+"""Frames kept for other workers while the layer does not take them (a hung connection)."""
 
 
 class Socket(Protocol):
@@ -190,6 +192,10 @@ class LayerDelivery(LocalDelivery):
         self._queue({"conversationId": str(conversation_id), "user": user_pk, "frame": frame})
 
     def _queue(self, entry: dict[str, Any]) -> None:
+        if len(self._outbox) >= MAX_OUTBOX:  # the layer hangs: keep memory bounded; followers elsewhere
+            del self._outbox[: MAX_OUTBOX // 2]  # see a gap and fill it from the replay log
+            logger.warning("channel layer: %d frames for other workers dropped (the layer is not taking them)",
+                           MAX_OUTBOX // 2)
         self._outbox.append(entry)
         self._ready.set()
 
@@ -311,10 +317,14 @@ class LayerDelivery(LocalDelivery):
         request = uuid.uuid4().hex
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request] = future
-        try:
+
+        async def asked() -> dict[str, Any] | None:
             if not await self._group_send({**message, "type": CONTROL, "request": request, "reply_to": self.channel}):
                 return None
-            return await asyncio.wait_for(future, self.reply_timeout)
+            return await future
+
+        try:  # the whole exchange within the timeout: a layer that hangs (a network cut) too
+            return await asyncio.wait_for(asked(), self.reply_timeout)
         except asyncio.TimeoutError:
             return None
         finally:

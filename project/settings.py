@@ -12,6 +12,7 @@ switch to PostgreSQL and ``channels_redis``. See README.md for the full table.
 from __future__ import annotations
 
 import os
+import urllib.parse
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -134,10 +135,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channel layer --------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    # Redis pub/sub ignores database numbers: two deployments on one Redis server would hear
+    # each other's workers, so the layer's names carry the URL's database (or JXAI_LAYER_PREFIX).
+    _redis_db = urllib.parse.urlsplit(REDIS_URL).path.strip("/") or "0"
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("JXAI_LAYER_PREFIX", f"jxai-db{_redis_db}")},
         }
     }
 else:

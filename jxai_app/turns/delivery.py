@@ -6,7 +6,10 @@
   through the channel layer. Each worker has **one** layer channel in one group,
   ``jxai.workers``; what a worker publishes is gathered for ``batch_interval`` (50 ms) and
   sent to the group as one ``jxai.frames`` message, however many turns and sockets it holds
-  (the layer is never sent one message per delta). A worker hands the frames of other
+  (the layer is never sent one message per delta), or as several when the batch is larger
+  than :data:`LAYER_MESSAGE_BYTES`: an entry larger than that alone (a long answer's
+  ``message_saved``) travels as ``piece`` entries, slices of its JSON text, which the
+  receiving worker joins before routing it (docs/turns.md "Delivery"). A worker hands the frames of other
   workers to its own sockets that follow the conversation (or belong to the user, for list
   notices) and drops its own batch when the group echoes it back: a socket never gets a
   frame twice.
@@ -26,11 +29,14 @@ follows), since frames of other workers may have been lost meanwhile.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from typing import Any, Awaitable, Callable, Protocol
 
-__all__ = ["BROADCAST_GROUP", "LayerDelivery", "LocalDelivery", "Socket"]
+from jxai_app.turns.framing import MAX_FRAME_BYTES, encode, json_bytes, pieces
+
+__all__ = ["BROADCAST_GROUP", "LAYER_MESSAGE_BYTES", "LayerDelivery", "LocalDelivery", "Socket", "layer_batches"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -38,6 +44,37 @@ BROADCAST_GROUP = "jxai.workers"
 """The channel-layer group every worker's channel is in."""
 FRAMES, CONTROL, REPLY, PING = "jxai.frames", "jxai.control", "jxai.reply", "jxai.ping"
 """Layer message types: frame batches, control requests, their replies, health pings."""
+LAYER_MESSAGE_BYTES = MAX_FRAME_BYTES
+"""The largest ``jxai.frames`` message a worker publishes (its entries measured as JSON,
+UTF-8): Redis disconnects a pub/sub subscriber whose unread output passes 32 MB (8 MB for a
+minute) by default, so one long answer must not become one message."""
+_PIECE_OVERHEAD = json_bytes({"piece": "", "index": 10**9, "count": 10**9})
+
+
+def layer_batches(entries: list[dict[str, Any]], limit: int = LAYER_MESSAGE_BYTES) -> list[list[dict[str, Any]]]:
+    """``entries`` (``{conversationId, [user], frame}``) in order, grouped into the entry lists
+    of consecutive ``jxai.frames`` messages of at most ``limit`` bytes each; an entry over
+    ``limit`` alone is replaced by ``{"piece": slice, "index": i, "count": n}`` entries (i
+    from 0) whose slices, joined, are its JSON text (:meth:`LayerDelivery._handle` joins them)."""
+    batches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    used = 0
+    for entry in entries:
+        size = json_bytes(entry)
+        if size <= limit:
+            parts = [(entry, size)]
+        else:
+            slices = pieces(encode(entry), limit - _PIECE_OVERHEAD)
+            parts = [({"piece": part, "index": i, "count": len(slices)}, limit) for i, part in enumerate(slices)]
+        for part, part_size in parts:
+            if current and used + part_size > limit:
+                batches.append(current)
+                current, used = [], 0
+            current.append(part)
+            used += part_size
+    if current:
+        batches.append(current)
+    return batches
 
 
 class Socket(Protocol):
@@ -159,6 +196,10 @@ class LayerDelivery(LocalDelivery):
         self._last_ping = 0.0
         self._was_up = False
         self._joined = asyncio.Event()
+        self._pieces: dict[str, list[str]] = {}
+        """Per origin worker: the slices of an entry received so far (``layer_batches``)."""
+        self._sending = asyncio.Lock()
+        """One batch at a time: the pieces of an entry, and batches, reach the layer in order."""
 
     async def start(self, control: Control) -> None:
         """Join the group (retried in the background while the layer is down) and start
@@ -205,9 +246,11 @@ class LayerDelivery(LocalDelivery):
         await self._send_outbox()
 
     async def _send_outbox(self) -> None:
-        entries, self._outbox = self._outbox, []
-        if entries:
-            await self._group_send({"type": FRAMES, "entries": entries})
+        async with self._sending:
+            entries, self._outbox = self._outbox, []
+            for batch in layer_batches(entries):
+                if not await self._group_send({"type": FRAMES, "entries": batch}):
+                    return
 
     async def _group_send(self, message: dict[str, Any]) -> bool:
         try:
@@ -260,7 +303,13 @@ class LayerDelivery(LocalDelivery):
             if mine:
                 self._pinged()
         elif kind == FRAMES and not mine:
+            origin = str(message.get("origin"))
             for entry in message.get("entries") or []:
+                if "piece" in entry:
+                    joined = self._assemble(origin, entry)
+                    if joined is None:
+                        continue
+                    entry = joined
                 cid = uuid.UUID(str(entry["conversationId"]))
                 if "user" in entry:
                     self._push_user(entry["user"], cid, entry["frame"])
@@ -278,6 +327,26 @@ class LayerDelivery(LocalDelivery):
                                                                 "request": message.get("request")})
                 except Exception:
                     logger.exception("channel layer: cannot answer a %s request", message.get("op"))
+
+    def _assemble(self, origin: str, piece: dict[str, Any]) -> dict[str, Any] | None:
+        """Add one ``piece`` entry of ``origin``; the whole entry once its last piece came,
+        else ``None``. A piece out of order (a lost message) drops the partial entry: the
+        sockets' sequencers refill lost events, and a lost ``message_saved`` is in the next
+        snapshot."""
+        parts = self._pieces.setdefault(origin, [])
+        if piece["index"] == 0:
+            parts.clear()
+        if piece["index"] != len(parts):
+            logger.warning("channel layer: piece %s of %s from %s arrived after %d; dropping the entry",
+                           piece["index"], piece["count"], origin, len(parts))
+            del self._pieces[origin]
+            return None
+        parts.append(piece["piece"])
+        if len(parts) < piece["count"]:
+            return None
+        del self._pieces[origin]
+        entry: dict[str, Any] = json.loads("".join(parts))
+        return entry
 
     # ------------------------------------------------------------------ health
     def _pinged(self) -> None:

@@ -5,6 +5,9 @@ websocket clients (``WsClient``, the ``websockets`` library), the FakeProvider a
 On the embedded default both tabs are on one worker; in the scale-out pass (PostgreSQL and
 Redis) the second tab is on a second worker, so the answer also crosses the channel layer.
 
+The workers keep the default ``JXAI_MAX_ANSWER_CHARS`` (4,000,000): the 2 MB answer passes
+whole, the 10 MB one is cut there (saved with ``stopReason`` ``length``).
+
 Before the fix the ``round_end`` event of a 1.5 MB answer made one 1.5 MB message: autobahn
 refuses to *send* a message over daphne's ``websocket_max_message_size`` (1 MiB) and raised
 ``PayloadExceededError`` into the socket's session task, which died: the socket stayed open
@@ -69,6 +72,8 @@ async def _turn_done(client: WsClient, turn_timeout: float) -> str:
 @pytest.mark.parametrize("chars", [2_000_000, 10_000_000], ids=["2MB", "10MB"])
 async def test_a_long_answer_reaches_both_tabs_in_bounded_frames(
         user: Any, provider: FakeProvider, workers: tuple[Worker, Worker], chars: int) -> None:
+    from django.conf import settings
+
     from jxai_app import store
     from jxai_app.turns.framing import MAX_FRAME_BYTES
 
@@ -77,7 +82,8 @@ async def test_a_long_answer_reaches_both_tabs_in_bounded_frames(
     conversation = await sync_to_async(store.conversation_create)(user=user, model=MODEL)
     cid = str(conversation.pk)
     parts = long_answer(chars)
-    answer = "".join(parts)
+    answer = "".join(parts)[: settings.JXAI_MAX_ANSWER_CHARS]
+    stop_reason = "stop" if chars <= settings.JXAI_MAX_ANSWER_CHARS else "length"
     provider.add(text_script(parts), text_script(["short ", "one"]))
 
     async with WsClient(worker_a.port, cookie) as asking, WsClient(worker_b.port, cookie) as second:
@@ -91,7 +97,7 @@ async def test_a_long_answer_reaches_both_tabs_in_bounded_frames(
             assert seqs == list(range(1, len(seqs) + 1))
             assert client.text(turn) == answer
             saved = [f["message"] for f in client.of_type("message_saved") if f["message"]["role"] == "assistant"]
-            assert [m["content"] for m in saved] == [answer]
+            assert [(m["content"], m["stopReason"]) for m in saved] == [(answer, stop_reason)]
             assert client.largest <= MAX_FRAME_BYTES
             assert client.chunked >= 2  # round_end (it carries the message) and message_saved
 

@@ -9,7 +9,8 @@
   (the layer is never sent one message per delta), or as several when the batch is larger
   than :data:`LAYER_MESSAGE_BYTES`: an entry larger than that alone (a long answer's
   ``message_saved``) travels as ``piece`` entries, slices of its JSON text, which the
-  receiving worker joins before routing it (docs/turns.md "Delivery"). A worker hands the frames of other
+  receiving worker joins before routing it (docs/turns.md "Delivery"). A control reply over
+  that size (a replay of a long running turn) travels in pieces the same way. A worker hands the frames of other
   workers to its own sockets that follow the conversation (or belong to the user, for list
   notices) and drops its own batch when the group echoes it back: a socket never gets a
   frame twice.
@@ -36,7 +37,8 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from jxai_app.turns.framing import MAX_FRAME_BYTES, encode, json_bytes, pieces
 
-__all__ = ["BROADCAST_GROUP", "LAYER_MESSAGE_BYTES", "LayerDelivery", "LocalDelivery", "Socket", "layer_batches"]
+__all__ = ["BROADCAST_GROUP", "LAYER_MESSAGE_BYTES", "LayerDelivery", "LocalDelivery", "Socket", "layer_batches",
+           "reply_messages"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -51,21 +53,23 @@ minute) by default, so one long answer must not become one message."""
 _PIECE_OVERHEAD = json_bytes({"piece": "", "index": 10**9, "count": 10**9})
 
 
+def _pieces_of(value: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+    """``value``'s JSON text as ``{"piece": slice, "index": i, "count": n}`` dicts (i from 0),
+    each at most ``budget`` bytes as JSON; :meth:`LayerDelivery._assemble` joins them."""
+    slices = pieces(encode(value), budget - _PIECE_OVERHEAD)
+    return [{"piece": part, "index": i, "count": len(slices)} for i, part in enumerate(slices)]
+
+
 def layer_batches(entries: list[dict[str, Any]], limit: int = LAYER_MESSAGE_BYTES) -> list[list[dict[str, Any]]]:
     """``entries`` (``{conversationId, [user], frame}``) in order, grouped into the entry lists
     of consecutive ``jxai.frames`` messages of at most ``limit`` bytes each; an entry over
-    ``limit`` alone is replaced by ``{"piece": slice, "index": i, "count": n}`` entries (i
-    from 0) whose slices, joined, are its JSON text (:meth:`LayerDelivery._handle` joins them)."""
+    ``limit`` alone is replaced by its pieces (``_pieces_of``)."""
     batches: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     used = 0
     for entry in entries:
         size = json_bytes(entry)
-        if size <= limit:
-            parts = [(entry, size)]
-        else:
-            slices = pieces(encode(entry), limit - _PIECE_OVERHEAD)
-            parts = [({"piece": part, "index": i, "count": len(slices)}, limit) for i, part in enumerate(slices)]
+        parts = [(entry, size)] if size <= limit else [(piece, limit) for piece in _pieces_of(entry, limit)]
         for part, part_size in parts:
             if current and used + part_size > limit:
                 batches.append(current)
@@ -75,6 +79,16 @@ def layer_batches(entries: list[dict[str, Any]], limit: int = LAYER_MESSAGE_BYTE
     if current:
         batches.append(current)
     return batches
+
+
+def reply_messages(reply: dict[str, Any], limit: int = LAYER_MESSAGE_BYTES) -> list[dict[str, Any]]:
+    """A ``jxai.reply`` message (``type``, ``request`` and the answer's members) as the layer
+    messages that carry it: itself within ``limit`` bytes, else its pieces, each a
+    ``jxai.reply`` of the same ``request`` (a replay of a long running turn)."""
+    if json_bytes(reply) <= limit:
+        return [reply]
+    head = {"type": REPLY, "request": reply.get("request")}
+    return [{**head, **piece} for piece in _pieces_of(reply, limit - json_bytes(head))]
 
 
 class Socket(Protocol):
@@ -316,37 +330,44 @@ class LayerDelivery(LocalDelivery):
                 else:
                     self._push(cid, entry["frame"])
         elif kind == REPLY:
-            future = self._pending.get(str(message.get("request")))
+            request = str(message.get("request"))
+            if "piece" in message:
+                joined = self._assemble(f"reply:{request}", message)
+                if joined is None:
+                    return
+                message = joined
+            future = self._pending.get(request)
             if future is not None and not future.done():
                 future.set_result(message)
         elif kind == CONTROL and not mine and self._control is not None:
             answer = await self._control(message)
             if answer is not None and isinstance(message.get("reply_to"), str):
                 try:
-                    await self.layer.send(message["reply_to"], {**answer, "type": REPLY,
-                                                                "request": message.get("request")})
+                    for part in reply_messages({**answer, "type": REPLY, "request": message.get("request")}):
+                        await self.layer.send(message["reply_to"], part)
                 except Exception:
                     logger.exception("channel layer: cannot answer a %s request", message.get("op"))
 
-    def _assemble(self, origin: str, piece: dict[str, Any]) -> dict[str, Any] | None:
-        """Add one ``piece`` entry of ``origin``; the whole entry once its last piece came,
-        else ``None``. A piece out of order (a lost message) drops the partial entry: the
-        sockets' sequencers refill lost events, and a lost ``message_saved`` is in the next
-        snapshot."""
-        parts = self._pieces.setdefault(origin, [])
+    def _assemble(self, key: str, piece: dict[str, Any]) -> dict[str, Any] | None:
+        """Add one piece (``_pieces_of``) of what ``key`` sends (an origin worker's entries, or
+        ``reply:<request>``); the whole value once its last piece came, else ``None``. A piece
+        out of order (a lost message) drops the partial value: the sockets' sequencers refill
+        lost events, a lost ``message_saved`` is in the next snapshot, a lost reply is a
+        request nobody answered."""
+        parts = self._pieces.setdefault(key, [])
         if piece["index"] == 0:
             parts.clear()
         if piece["index"] != len(parts):
-            logger.warning("channel layer: piece %s of %s from %s arrived after %d; dropping the entry",
-                           piece["index"], piece["count"], origin, len(parts))
-            del self._pieces[origin]
+            logger.warning("channel layer: piece %s of %s from %s arrived after %d; dropping it",
+                           piece["index"], piece["count"], key, len(parts))
+            del self._pieces[key]
             return None
         parts.append(piece["piece"])
         if len(parts) < piece["count"]:
             return None
-        del self._pieces[origin]
-        entry: dict[str, Any] = json.loads("".join(parts))
-        return entry
+        del self._pieces[key]
+        value: dict[str, Any] = json.loads("".join(parts))
+        return value
 
     # ------------------------------------------------------------------ health
     def _pinged(self) -> None:
@@ -388,3 +409,4 @@ class LayerDelivery(LocalDelivery):
             return None
         finally:
             self._pending.pop(request, None)
+            self._pieces.pop(f"reply:{request}", None)

@@ -23,7 +23,7 @@ from channels.layers import InMemoryChannelLayer
 from jxai_app import store
 from jxai_app.consumers import ChatConsumer
 from jxai_app.turns import TurnHub
-from jxai_app.turns.delivery import LayerDelivery, layer_batches
+from jxai_app.turns.delivery import LayerDelivery, layer_batches, reply_messages
 from jxai_app.turns.framing import Outbox, json_bytes, pieces, wire_texts
 from jxai_app.turns.session import UNSENDABLE_CLOSE_CODE
 from tests.app.turns_support import MODEL, Recorder, Tab, fake, hub, text_script  # noqa: F401 (fixtures)
@@ -78,36 +78,53 @@ def test_layer_batches_are_bounded_and_a_large_entry_goes_in_pieces() -> None:
     assert json.loads("".join(e["piece"] for e in middle)) == large
 
 
-async def test_a_large_frame_crosses_the_layer_whole_and_in_order() -> None:
+@pytest.fixture
+async def two_workers() -> Any:
+    """Two started :class:`LayerDelivery` on one in-memory layer; the second answers every
+    control request with a replay of about 1 MB."""
     layer = InMemoryChannelLayer()
     sender, receiver = LayerDelivery(layer, worker_id="a"), LayerDelivery(layer, worker_id="b")
 
     async def no_control(message: dict[str, Any]) -> None:
         return None
 
+    async def long_replay(message: dict[str, Any]) -> dict[str, Any]:
+        return {"turnId": "t", "items": [{"seq": 1, "event": {"type": "delta", "content": HARD * 800}}]}
+
     await sender.start(no_control)
-    await receiver.start(no_control)
-    try:
-        cid = uuid.uuid4()
-        follower = Recorder()
-        receiver.follow(cid, follower)
-        for _ in range(100):  # both have joined once a ping goes round
-            if sender.up and receiver.up:
-                break
-            await asyncio.sleep(0.02)
-        frames = [{"type": "message_saved", "conversationId": str(cid), "message": {"content": HARD * n}}
-                  for n in (1, 20_000, 2)]  # the middle one is about 1 MB
-        for frame in frames:
-            sender.publish(cid, frame)
-        await sender.flush()
-        for _ in range(200):
-            if len(follower.frames) == 3:
-                break
-            await asyncio.sleep(0.02)
-        assert follower.frames == frames
-    finally:
-        await sender.stop()
-        await receiver.stop()
+    await receiver.start(long_replay)
+    for _ in range(100):  # both have joined once their pings go round
+        if sender.up and receiver.up:
+            break
+        await asyncio.sleep(0.02)
+    yield sender, receiver
+    await sender.stop()
+    await receiver.stop()
+
+
+async def test_a_large_frame_crosses_the_layer_whole_and_in_order(two_workers: Any) -> None:
+    sender, receiver = two_workers
+    cid = uuid.uuid4()
+    follower = Recorder()
+    receiver.follow(cid, follower)
+    frames = [{"type": "message_saved", "conversationId": str(cid), "message": {"content": HARD * n}}
+              for n in (1, 800, 2)]  # the middle one is about 1 MB
+    for frame in frames:
+        sender.publish(cid, frame)
+    await sender.flush()
+    for _ in range(200):
+        if len(follower.frames) == 3:
+            break
+        await asyncio.sleep(0.02)
+    assert follower.frames == frames
+
+
+async def test_a_large_control_reply_crosses_the_layer_in_pieces(two_workers: Any) -> None:
+    sender, _ = two_workers
+    assert len(reply_messages({"type": "jxai.reply", "request": "r", "items": [HARD * 800]})) > 1
+    answer = await sender.ask({"op": "replay", "conversationId": str(uuid.uuid4())})
+    assert answer is not None and answer["items"][0]["event"]["content"] == HARD * 800
+    assert sender._pieces == {}
 
 
 async def test_a_frame_that_cannot_be_sent_becomes_an_error_and_a_snapshot(

@@ -104,7 +104,7 @@ class Session:
         user: the socket's authenticated user.
         send: sends one text message on the socket (a frame's JSON, at most
             :data:`~jxai_app.turns.framing.MAX_FRAME_BYTES` bytes).
-        close: closes the socket with a code (the drain's end).
+        close: closes the socket with a code (the drain's end; a socket that takes no frame).
     """
 
     def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close) -> None:

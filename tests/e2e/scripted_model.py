@@ -14,6 +14,8 @@ The last message decides:
   ``[think]``  reasoning (``reasoning_content``) first, then the answer;
   ``[long]``   :data:`LONG_CHARS` characters of numbered words (:func:`long_words`), in
                4,000-character chunks (larger than any websocket message the server sends);
+  ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
+               at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -117,6 +119,9 @@ class ScriptedModel:
             answer = long_words()
             return Script(writes=openai_text_stream([answer[i:i + 4000] for i in range(0, len(answer), 4000)],
                                                     usage=USAGE))
+        if text.startswith("[cut]"):
+            return Script(writes=openai_text_stream(["This answer stops ", "in the mid"], finish="length",
+                                                    usage=USAGE), delay=0.02)
         if text.startswith("[think]"):
             thoughts = [openai_chunk({"reasoning_content": part}) for part in REASONING]
             answer = openai_text_stream(["Paris ", "is the capital of France."], usage=USAGE)

@@ -1,4 +1,5 @@
-"""A 2 MB answer in the browser (issue 19): it streams in, and a reload shows it whole.
+"""A 2 MB answer in the browser (issue 19): it streams in, and a reload shows it whole; an
+answer cut at a length limit says so, live and after a reload.
 
 The server sends no websocket message over 256 KiB (docs/websocket.md "Frame size"): the
 answer's ``round_end`` event, its ``message_saved`` and, after the reload, the ``snapshot``
@@ -16,6 +17,8 @@ from tests.e2e.steps import assert_clean, assistant_text, reload, send, wait_idl
 
 pytestmark = pytest.mark.browser
 
+CUT_NOTE = "The answer was cut off (length limit)."
+
 
 def test_a_two_megabyte_answer_shows_live_and_after_a_reload(logged_in: Any) -> None:
     recorded = logged_in()
@@ -30,4 +33,16 @@ def test_a_two_megabyte_answer_shows_live_and_after_a_reload(logged_in: Any) -> 
     page.get_by_test_id("message-assistant").get_by_text(last_word).wait_for(timeout=30_000)
     assert assistant_text(recorded).split() == answer.split()
     assert page.get_by_test_id("message-user").count() == 1
+    assert_clean(recorded)
+
+
+def test_a_cut_answer_says_so_live_and_after_a_reload(logged_in: Any) -> None:
+    recorded = logged_in()
+    answer = recorded.page.get_by_test_id("message-assistant").first
+    send(recorded, "[cut] Write until the limit.")
+    wait_idle(recorded)
+    assert assistant_text(recorded) == "This answer stops in the mid"
+    answer.get_by_text(CUT_NOTE).wait_for()
+    reload(recorded)
+    answer.get_by_text(CUT_NOTE).wait_for()
     assert_clean(recorded)

@@ -63,12 +63,17 @@ def _pieces_of(value: dict[str, Any], budget: int) -> list[dict[str, Any]]:
 def layer_batches(entries: list[dict[str, Any]], limit: int = LAYER_MESSAGE_BYTES) -> list[list[dict[str, Any]]]:
     """``entries`` (``{conversationId, [user], frame}``) in order, grouped into the entry lists
     of consecutive ``jxai.frames`` messages of at most ``limit`` bytes each; an entry over
-    ``limit`` alone is replaced by its pieces (``_pieces_of``)."""
+    ``limit`` alone is replaced by its pieces (``_pieces_of``). An entry that is not
+    JSON-serialisable is logged and left out (the local sockets' sessions report it)."""
     batches: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     used = 0
     for entry in entries:
-        size = json_bytes(entry)
+        try:
+            size = json_bytes(entry)
+        except (TypeError, ValueError):  # a bug's frame must not stop the worker's batches
+            logger.exception("channel layer: dropping a %s frame that is not JSON", entry["frame"].get("type"))
+            continue
         parts = [(entry, size)] if size <= limit else [(piece, limit) for piece in _pieces_of(entry, limit)]
         for part, part_size in parts:
             if current and used + part_size > limit:

@@ -217,6 +217,8 @@ class Limits:
     tokens_per_day: int
     conversations_page_size: int
     upstream_retries: int
+    max_answer_chars: int
+    """Characters of text and reasoning one turn may stream (``JXAI_MAX_ANSWER_CHARS``)."""
 
 
 def get_limits() -> Limits:
@@ -230,6 +232,7 @@ def get_limits() -> Limits:
         tokens_per_day=settings.JXAI_TOKENS_PER_DAY,
         conversations_page_size=settings.JXAI_CONVERSATIONS_PAGE_SIZE,
         upstream_retries=settings.JXAI_UPSTREAM_RETRIES,
+        max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
     )
 
 

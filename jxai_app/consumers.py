@@ -15,6 +15,9 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
   ``JXAI_MAX_MESSAGE_CHARS`` — gets an ``error`` frame with a problem (``invalid-request``
   or ``payload-too-large``); an unknown or foreign conversation id is ``not-found``, alike.
   The socket stays open and nothing saved changes.
+- What the socket sends is sized by the session (:mod:`jxai_app.turns.framing`): no message
+  over ``MAX_FRAME_BYTES``; a frame that cannot be sent becomes an ``error`` frame and a
+  fresh snapshot, or closes the socket with 4500.
 - Once the socket closed it sends nothing more and leaves no task of its own behind; a
   running turn goes on and saves on its own (``JXAI_CANCEL_ON_DISCONNECT`` to stop it when
   its last tab closes).
@@ -135,15 +138,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """The worker's hub (tests override this to play a second worker)."""
         return get_hub()
 
-    @classmethod
-    async def encode_json(cls, content: Any) -> str:
-        """Compact JSON; text a provider streamed with a lone surrogate (which UTF-8 cannot
-        carry) goes out escaped (``\\ud800``) instead of breaking the socket."""
-        text = json.dumps(content, separators=(",", ":"), ensure_ascii=False)
-        if storable(text) != text:  # a lone surrogate (json.dumps escapes NUL itself)
-            return json.dumps(content, separators=(",", ":"))
-        return text
-
     async def connect(self) -> None:
         """Accept a logged-in user's socket (an anonymous one is closed with 4401), start its
         session and the periodic login re-check (``JXAI_WS_SESSION_CHECK_SECONDS``)."""
@@ -201,9 +195,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if session is not None:
             await session.close()
 
-    async def _send_frame(self, frame: dict[str, Any]) -> None:
+    async def _send_frame(self, text: str) -> None:
         if self.session is not None:
-            await self.send_json(frame)
+            await self.send(text_data=text)
 
     async def _close_for_drain(self, code: int) -> None:
         """Close with ``code`` and wait (up to 2 s) for the client's answer, so the close

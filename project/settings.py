@@ -250,6 +250,10 @@ JXAI_TURNS_PER_MINUTE = int(os.environ.get("JXAI_TURNS_PER_MINUTE", "20"))
 JXAI_TOKENS_PER_DAY = int(os.environ.get("JXAI_TOKENS_PER_DAY", "2000000"))
 JXAI_CONVERSATIONS_PAGE_SIZE = int(os.environ.get("JXAI_CONVERSATIONS_PAGE_SIZE", "50"))
 JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))
+# Characters of answer text and reasoning one turn may stream; the answer is cut there and
+# saved with stopReason "length" (docs/turns.md "Settings"). About a million tokens: several
+# times the longest output of current models, and a bound on a turn's memory.
+JXAI_MAX_ANSWER_CHARS = int(os.environ.get("JXAI_MAX_ANSWER_CHARS", "4000000"))
 # Turn lifecycle under faults (docs/turns.md): the lease a running turn renews in its row,
 # how long a failed write of a finished round or turn is retried, how long SIGTERM lets
 # running turns finish, and the threads database work runs on.

@@ -9,6 +9,8 @@ Modules::
     recovery.py  LeaseWatch: turns whose worker died are recovered and their tabs told
     hub.py       TurnHub: one worker's runners, delivery, lease watch and drain; get_hub()
     session.py   Session: one socket's ordered output, sequencer, snapshot and requests
+    framing.py   how large an outgoing message may be: events batches by size, chunk frames
+    answercap.py JXAI_MAX_ANSWER_CHARS: the turn's client stops the answer at the cap
 """
 
 from __future__ import annotations

@@ -6,7 +6,11 @@
   through the channel layer. Each worker has **one** layer channel in one group,
   ``jxai.workers``; what a worker publishes is gathered for ``batch_interval`` (50 ms) and
   sent to the group as one ``jxai.frames`` message, however many turns and sockets it holds
-  (the layer is never sent one message per delta). A worker hands the frames of other
+  (the layer is never sent one message per delta), or as several when the batch is larger
+  than :data:`LAYER_MESSAGE_BYTES`: an entry larger than that alone (a long answer's
+  ``message_saved``) travels as ``piece`` entries, slices of its JSON text, which the
+  receiving worker joins before routing it (docs/turns.md "Delivery"). A control reply over
+  that size (a replay of a long running turn) travels in pieces the same way. A worker hands the frames of other
   workers to its own sockets that follow the conversation (or belong to the user, for list
   notices) and drops its own batch when the group echoes it back: a socket never gets a
   frame twice.
@@ -26,11 +30,15 @@ follows), since frames of other workers may have been lost meanwhile.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from typing import Any, Awaitable, Callable, Protocol
 
-__all__ = ["BROADCAST_GROUP", "LayerDelivery", "LocalDelivery", "Socket"]
+from jxai_app.turns.framing import MAX_FRAME_BYTES, encode, json_bytes, pieces
+
+__all__ = ["BROADCAST_GROUP", "LAYER_MESSAGE_BYTES", "LayerDelivery", "LocalDelivery", "Socket", "layer_batches",
+           "reply_messages"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -40,6 +48,54 @@ FRAMES, CONTROL, REPLY, PING = "jxai.frames", "jxai.control", "jxai.reply", "jxa
 """Layer message types: frame batches, control requests, their replies, health pings."""
 MAX_OUTBOX = 20_000
 """Frames kept for other workers while the layer does not take them (a hung connection)."""
+LAYER_MESSAGE_BYTES = MAX_FRAME_BYTES
+"""The largest ``jxai.frames`` message a worker publishes (its entries measured as JSON,
+UTF-8): Redis disconnects a pub/sub subscriber whose unread output passes 32 MB (8 MB for a
+minute) by default, so one long answer must not become one message."""
+_PIECE_OVERHEAD = json_bytes({"piece": "", "index": 10**9, "count": 10**9})
+
+
+def _pieces_of(value: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+    """``value``'s JSON text as ``{"piece": slice, "index": i, "count": n}`` dicts (i from 0),
+    each at most ``budget`` bytes as JSON; :meth:`LayerDelivery._assemble` joins them."""
+    slices = pieces(encode(value), budget - _PIECE_OVERHEAD)
+    return [{"piece": part, "index": i, "count": len(slices)} for i, part in enumerate(slices)]
+
+
+def layer_batches(entries: list[dict[str, Any]], limit: int = LAYER_MESSAGE_BYTES) -> list[list[dict[str, Any]]]:
+    """``entries`` (``{conversationId, [user], frame}``) in order, grouped into the entry lists
+    of consecutive ``jxai.frames`` messages of at most ``limit`` bytes each; an entry over
+    ``limit`` alone is replaced by its pieces (``_pieces_of``). An entry that is not
+    JSON-serialisable is logged and left out (the local sockets' sessions report it)."""
+    batches: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    used = 0
+    for entry in entries:
+        try:
+            size = json_bytes(entry)
+        except (TypeError, ValueError):  # a bug's frame must not stop the worker's batches
+            logger.exception("channel layer: dropping a %s frame that is not JSON", entry["frame"].get("type"))
+            continue
+        parts = [(entry, size)] if size <= limit else [(piece, limit) for piece in _pieces_of(entry, limit)]
+        for part, part_size in parts:
+            if current and used + part_size > limit:
+                batches.append(current)
+                current, used = [], 0
+            current.append(part)
+            used += part_size
+    if current:
+        batches.append(current)
+    return batches
+
+
+def reply_messages(reply: dict[str, Any], limit: int = LAYER_MESSAGE_BYTES) -> list[dict[str, Any]]:
+    """A ``jxai.reply`` message (``type``, ``request`` and the answer's members) as the layer
+    messages that carry it: itself within ``limit`` bytes, else its pieces, each a
+    ``jxai.reply`` of the same ``request`` (a replay of a long running turn)."""
+    if json_bytes(reply) <= limit:
+        return [reply]
+    head = {"type": REPLY, "request": reply.get("request")}
+    return [{**head, **piece} for piece in _pieces_of(reply, limit - json_bytes(head))]
 
 
 class Socket(Protocol):
@@ -161,6 +217,10 @@ class LayerDelivery(LocalDelivery):
         self._last_ping = 0.0
         self._was_up = False
         self._joined = asyncio.Event()
+        self._pieces: dict[str, list[str]] = {}
+        """Per origin worker: the slices of an entry received so far (``layer_batches``)."""
+        self._sending = asyncio.Lock()
+        """One batch at a time: the pieces of an entry, and batches, reach the layer in order."""
 
     async def start(self, control: Control) -> None:
         """Join the group (retried in the background while the layer is down) and start
@@ -211,9 +271,11 @@ class LayerDelivery(LocalDelivery):
         await self._send_outbox()
 
     async def _send_outbox(self) -> None:
-        entries, self._outbox = self._outbox, []
-        if entries:
-            await self._group_send({"type": FRAMES, "entries": entries})
+        async with self._sending:
+            entries, self._outbox = self._outbox, []
+            for batch in layer_batches(entries):
+                if not await self._group_send({"type": FRAMES, "entries": batch}):
+                    return
 
     async def _group_send(self, message: dict[str, Any]) -> bool:
         try:
@@ -266,24 +328,57 @@ class LayerDelivery(LocalDelivery):
             if mine:
                 self._pinged()
         elif kind == FRAMES and not mine:
+            origin = str(message.get("origin"))
             for entry in message.get("entries") or []:
+                if "piece" in entry:
+                    joined = self._assemble(origin, entry)
+                    if joined is None:
+                        continue
+                    entry = joined
                 cid = uuid.UUID(str(entry["conversationId"]))
                 if "user" in entry:
                     self._push_user(entry["user"], cid, entry["frame"])
                 else:
                     self._push(cid, entry["frame"])
         elif kind == REPLY:
-            future = self._pending.get(str(message.get("request")))
+            request = str(message.get("request"))
+            if "piece" in message:
+                joined = self._assemble(f"reply:{request}", message)
+                if joined is None:
+                    return
+                message = joined
+            future = self._pending.get(request)
             if future is not None and not future.done():
                 future.set_result(message)
         elif kind == CONTROL and not mine and self._control is not None:
             answer = await self._control(message)
             if answer is not None and isinstance(message.get("reply_to"), str):
                 try:
-                    await self.layer.send(message["reply_to"], {**answer, "type": REPLY,
-                                                                "request": message.get("request")})
+                    for part in reply_messages({**answer, "type": REPLY, "request": message.get("request")}):
+                        await self.layer.send(message["reply_to"], part)
                 except Exception:
                     logger.exception("channel layer: cannot answer a %s request", message.get("op"))
+
+    def _assemble(self, key: str, piece: dict[str, Any]) -> dict[str, Any] | None:
+        """Add one piece (``_pieces_of``) of what ``key`` sends (an origin worker's entries, or
+        ``reply:<request>``); the whole value once its last piece came, else ``None``. A piece
+        out of order (a lost message) drops the partial value: the sockets' sequencers refill
+        lost events, a lost ``message_saved`` is in the next snapshot, a lost reply is a
+        request nobody answered."""
+        parts = self._pieces.setdefault(key, [])
+        if piece["index"] == 0:
+            parts.clear()
+        if piece["index"] != len(parts):
+            logger.warning("channel layer: piece %s of %s from %s arrived after %d; dropping it",
+                           piece["index"], piece["count"], key, len(parts))
+            del self._pieces[key]
+            return None
+        parts.append(piece["piece"])
+        if len(parts) < piece["count"]:
+            return None
+        del self._pieces[key]
+        value: dict[str, Any] = json.loads("".join(parts))
+        return value
 
     # ------------------------------------------------------------------ health
     def _pinged(self) -> None:
@@ -329,3 +424,4 @@ class LayerDelivery(LocalDelivery):
             return None
         finally:
             self._pending.pop(request, None)
+            self._pieces.pop(f"reply:{request}", None)

@@ -52,6 +52,7 @@ from jxai_app.core.tools import ToolContext
 from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
+from jxai_app.turns.answercap import AnswerCap
 from jxai_app.turns.replay import ReplayLog
 
 if TYPE_CHECKING:
@@ -271,7 +272,8 @@ class TurnRunner:
             self.hub.unregister(self)
 
     async def _run(self) -> None:
-        events = run_turn(client=self._client_factory(), tools=self._tools, history=self.turn.history,
+        client = AnswerCap(self._client_factory(), conf.get_limits().max_answer_chars)
+        events = run_turn(client=client, tools=self._tools, history=self.turn.history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
                           context_factory=self._context)
         unyielded = 0

@@ -14,7 +14,12 @@ The **sequencer** guarantees each socket gets every event of a turn once and in 
 lost) and is filled from the runner's replay log (here or on another worker) before the
 live events go on; a turn first seen after its seq 1 (the socket joined late) triggers a
 fresh snapshot. When no runner answers (its worker died) the database is the fallback.
-Consecutive events of one turn waiting in the queue go out as one ``events`` frame.
+Consecutive events of one turn waiting in the queue go out as one ``events`` frame while it
+stays within :data:`~jxai_app.turns.framing.MAX_FRAME_BYTES`; a larger frame goes out as
+``chunk`` frames (:mod:`jxai_app.turns.framing`). A frame that cannot be sent is logged and
+answered with an ``error`` frame and a fresh snapshot of the followed conversation; when
+even that cannot be sent the socket is closed with :data:`UNSENDABLE_CLOSE_CODE`, never left
+open and silent.
 
 Snapshot rule: when a turn runs, ``messages`` ends with the turn's user message and the
 turn's own rounds (even completed ones) are given only as ``turn.items``; without a
@@ -35,15 +40,17 @@ from jxai_app.core.problems import problem
 from jxai_app.models import ConversationStatus
 from jxai_app.store.common import get_owned
 from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
-from jxai_app.turns import control
 from jxai_app.store.dbsync import db_request
+from jxai_app.turns import control
+from jxai_app.turns.framing import Outbox, wire_texts
 from jxai_app.turns.hub import TurnHub
 
-__all__ = ["Session", "error_frame"]
+__all__ = ["Session", "UNSENDABLE_CLOSE_CODE", "error_frame"]
 
 logger = logging.getLogger("jxai_app.turns")
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[str], Awaitable[None]]
+"""Sends one websocket text message (a frame's JSON text)."""
 Close = Callable[[int], Awaitable[None]]
 
 _KNOWN_TURNS = 8
@@ -51,6 +58,9 @@ _KNOWN_TURNS = 8
 _ENDED = 1 << 62
 """Last seq recorded for a turn that must be ignored from now on."""
 _SNAPSHOT_ATTEMPTS = 3
+UNSENDABLE_CLOSE_CODE = 4500
+"""Close code when not even an ``error`` frame can be sent on the socket (reconnect); daphne
+lets an application close only with 1000 or 3000–4999, so RFC 6455's 1011 is not available."""
 
 
 def _owned(user: Any, conversation_id: Any) -> uuid.UUID:
@@ -92,8 +102,9 @@ class Session:
     Args:
         hub: the worker's hub.
         user: the socket's authenticated user.
-        send: sends one frame on the socket.
-        close: closes the socket with a code (the drain's end).
+        send: sends one text message on the socket (a frame's JSON, at most
+            :data:`~jxai_app.turns.framing.MAX_FRAME_BYTES` bytes).
+        close: closes the socket with a code (the drain's end; a socket that takes no frame).
     """
 
     def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close) -> None:
@@ -106,7 +117,7 @@ class Session:
         self._recovering: set[str] = set()
         self._resnapshot = False
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        self._out: list[dict[str, Any]] = []
+        self._out = Outbox()
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -213,21 +224,38 @@ class Session:
                 self._idle.set()
 
     async def _flush(self) -> None:
-        out, self._out = self._out, []
-        for frame in out:
+        for frame in self._out.take():
             if self._closed:
                 return
-            await self._send(frame)
+            try:
+                for text in wire_texts(frame):
+                    await self._send(text)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("websocket: cannot send a %s frame to user %s", frame.get("type"),
+                                 getattr(self.user, "pk", None))
+                await self._unsent(frame)
+
+    async def _unsent(self, frame: dict[str, Any]) -> None:
+        """``frame`` could not be sent: tell the tab (``error``, ``internal-error``) and queue a
+        fresh snapshot of what it follows (not after a snapshot: that would repeat); close
+        with :data:`UNSENDABLE_CLOSE_CODE` when the ``error`` frame cannot be sent either."""
+        notice = error_frame(problem("internal-error", f"A {frame.get('type')} frame could not be sent; "
+                                     "the conversation is reloaded."), conversation_id=frame.get("conversationId"))
+        try:
+            await self._send(wire_texts(notice)[0])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("websocket: cannot send an error frame either; closing the socket")
+            await self._close(UNSENDABLE_CLOSE_CODE)
+            return
+        if frame.get("type") != "snapshot":
+            self._want_snapshot()
 
     def _emit(self, frame: dict[str, Any]) -> None:
-        last = self._out[-1] if self._out else None
-        if (last is not None and frame["type"] == "events" == last["type"] and last["turnId"] == frame["turnId"]
-                and last["conversationId"] == frame["conversationId"]):
-            last["items"].extend(frame["items"])
-        elif frame["type"] == "events":
-            self._out.append({**frame, "items": list(frame["items"])})
-        else:
-            self._out.append(frame)
+        self._out.add(frame)
 
     async def _run_job(self, request: str | None, conversation_id: str | None,
                        job: Callable[[], Awaitable[None]]) -> None:

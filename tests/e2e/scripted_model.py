@@ -12,6 +12,10 @@ The last message decides:
   ``[fail]``   ``503`` until :meth:`ScriptedModel.heal` is called for that exact text;
   ``[xss]``    the answer of :data:`XSS_ANSWER` (the leak URL filled in);
   ``[think]``  reasoning (``reasoning_content``) first, then the answer;
+  ``[long]``   :data:`LONG_CHARS` characters of numbered words (:func:`long_words`), in
+               4,000-character chunks (larger than any websocket message the server sends);
+  ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
+               at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -30,6 +34,12 @@ REASONING = ["The user asks ", "for a capital. ", "France's capital is Paris."]
 USAGE = {"prompt_tokens": 812, "completion_tokens": 64, "total_tokens": 876}
 SLOW_WORDS = 300
 SLOW_DELAY = 0.06
+LONG_CHARS = 2_000_000
+
+
+def long_words(chars: int = LONG_CHARS) -> str:
+    """The ``[long]`` answer: ``w000000 w000001 …`` (8 characters a word), ``chars`` long."""
+    return "".join(f"w{i:06d} " for i in range(chars // 8))
 
 XSS_ANSWER = """Here are some things that must stay inert:
 
@@ -105,6 +115,13 @@ class ScriptedModel:
             answer = XSS_ANSWER.replace("{leak}", self.leak_url)
             parts = [answer[i:i + 40] for i in range(0, len(answer), 40)]
             return Script(writes=openai_text_stream(parts, usage=USAGE), delay=0.01)
+        if text.startswith("[long]"):
+            answer = long_words()
+            return Script(writes=openai_text_stream([answer[i:i + 4000] for i in range(0, len(answer), 4000)],
+                                                    usage=USAGE))
+        if text.startswith("[cut]"):
+            return Script(writes=openai_text_stream(["This answer stops ", "in the mid"], finish="length",
+                                                    usage=USAGE), delay=0.02)
         if text.startswith("[think]"):
             thoughts = [openai_chunk({"reasoning_content": part}) for part in REASONING]
             answer = openai_text_stream(["Paris ", "is the capital of France."], usage=USAGE)

@@ -9,7 +9,8 @@
 * :class:`Worker` is one of them: its port, its process (signal it, wait for its exit) and its log.
 * :class:`WsClient` is a real websocket client (the ``websockets`` library) on ``ws/chat/``,
   logged in by session cookie (:func:`session_cookie`, :func:`make_users`); it keeps every
-  frame and every turn's event items, and the close code.
+  frame (``chunk`` frames joined, as the page does) and every turn's event items, the close
+  code, and the size of the largest message it received.
 
 Nothing here imports pytest: ``bench/`` uses the clients and the session helpers too.
 """
@@ -23,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -34,7 +35,7 @@ from tests.support.net import free_port
 from tests.support.tcp_proxy import TcpProxy
 
 __all__ = ["Cluster", "Worker", "WsClient", "Frame", "kill_hard", "make_users", "session_cookie",
-           "wait_listening", "redis_url_via"]
+           "start_workers", "wait_listening", "redis_url_via"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout the workers run (this file's)."""
@@ -100,6 +101,25 @@ class Worker:
             self.process.wait(5)
 
 
+def start_workers(names: Iterable[str], env: Mapping[str, str], logs: Path) -> list[Worker]:
+    """One ``daphne`` process per name serving ``project.asgi:application`` on a free port of
+    127.0.0.1 from this checkout, with environment ``env`` and its log in
+    ``logs/daphne-<name>.log``; returned once each listens (``AssertionError`` as
+    :func:`wait_listening`). Stop them with :meth:`Worker.stop`."""
+    started = []
+    for name in names:
+        port = free_port()
+        log = logs / f"daphne-{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "project.asgi:application"],
+                cwd=ROOT, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
+        started.append(Worker(name, port, process, log))
+    for worker in started:
+        wait_listening(worker.port, worker.process, worker.log_path)
+    return started
+
+
 def redis_url_via(redis_url: str, port: int) -> str:
     """``redis_url`` with its host and port replaced by ``127.0.0.1:port`` (same db number)."""
     parts = urlsplit(redis_url)
@@ -145,18 +165,8 @@ class Cluster:
 
     def start(self, *names: str, **env: str) -> list[Worker]:
         """Start one worker per name (in parallel) with ``env`` added; return them once each listens."""
-        started = []
-        for name in names:
-            port = free_port()
-            log = self.logs / f"daphne-{name}.log"
-            with log.open("wb") as out:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "project.asgi:application"],
-                    cwd=ROOT, env={**self.env, **env}, stdout=out, stderr=subprocess.STDOUT)
-            started.append(Worker(name, port, process, log))
+        started = start_workers(names, {**self.env, **env}, self.logs)
         self.workers.extend(started)
-        for worker in started:
-            wait_listening(worker.port, worker.process, worker.log_path)
         return started
 
     def logs_text(self) -> str:
@@ -226,7 +236,10 @@ class WsClient:
 
     Every received frame is kept in :attr:`frames` (with its arrival time, ``loop.time()``,
     in :attr:`arrived`), the ``events``/``replay`` items of each turn in :attr:`items`, and
-    once the server closed the socket, its close code in :attr:`close_code`.
+    once the server closed the socket, its close code in :attr:`close_code`. ``chunk``
+    frames (docs/websocket.md "Frame size") are joined into the frame they carry;
+    :attr:`largest` is the largest websocket message received, in UTF-8 bytes, and
+    :attr:`chunked` counts the frames that came in chunks.
     """
 
     port: int
@@ -235,6 +248,8 @@ class WsClient:
     arrived: list[float] = field(default_factory=list)
     items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     close_code: int | None = None
+    largest: int = 0
+    chunked: int = 0
     ws: Any = None
 
     async def open(self, timeout: float = 10.0) -> Self:
@@ -291,12 +306,25 @@ class WsClient:
         (:attr:`close_code` set). Raises ``TimeoutError`` when nothing arrives in time."""
         from websockets.exceptions import ConnectionClosed
 
-        try:
-            raw = await asyncio.wait_for(self.ws.recv(), max(0.001, timeout))
-        except ConnectionClosed as closed:
-            self.close_code = closed.rcvd.code if closed.rcvd is not None else 1006
-            return None
-        frame: Frame = json.loads(raw)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pieces: list[str] = []
+        while True:
+            try:
+                raw = await asyncio.wait_for(self.ws.recv(), max(0.001, deadline - loop.time()))
+            except ConnectionClosed as closed:
+                self.close_code = closed.rcvd.code if closed.rcvd is not None else 1006
+                return None
+            self.largest = max(self.largest, len(raw.encode("utf-8")))
+            frame: Frame = json.loads(raw)
+            if frame["type"] != "chunk":
+                break
+            assert frame["index"] == len(pieces), f"chunk {frame['index']} after {len(pieces)} pieces"
+            pieces.append(frame["data"])
+            if len(pieces) == frame["count"]:
+                frame = json.loads("".join(pieces))
+                self.chunked += 1
+                break
         self._keep(frame)
         return frame
 

@@ -4,7 +4,9 @@
 // gaps). seq <= lastSeq is ignored; seq > lastSeq + 1 is a gap, so the tab asks for a
 // `resync` and holds later events until the `replay` fills the hole. The connection
 // reconnects with backoff and tells the page (onOpen) so it can re-subscribe; a server that
-// shuts down (close code 4001) is left at once for another one.
+// shuts down (close code 4001) is left at once for another one. A frame larger than the
+// server's message size (a long answer's snapshot or message_saved) arrives as consecutive
+// `chunk` frames, slices of its JSON text; they are joined before the frame is handled.
 
 const RESYNC_RETRY_MS = 2000;
 const UNAUTHENTICATED = 4401;
@@ -25,6 +27,7 @@ export class Connection {
     this.socket = null;
     this.failures = 0;
     this.timer = null;
+    this.chunks = [];
   }
 
   connect() {
@@ -32,18 +35,14 @@ export class Connection {
     this.onState("connecting", this.failures);
     const socket = new WebSocket(this.url);
     this.socket = socket;
+    this.chunks = [];
     socket.addEventListener("open", () => {
       this.failures = 0;
       this.onState("open", 0);
       this.onOpen();
     });
     socket.addEventListener("message", (message) => {
-      let frame;
-      try {
-        frame = JSON.parse(message.data);
-      } catch {
-        return; // not ours to guess at
-      }
+      const frame = this.parse(message.data);
       if (frame && typeof frame === "object" && typeof frame.type === "string") this.onFrame(frame);
     });
     socket.addEventListener("close", (event) => {
@@ -57,6 +56,30 @@ export class Connection {
         : Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
       this.timer = setTimeout(() => this.connect(), delay);
     });
+  }
+
+  /**
+   * The frame a message carries; null while a chunked frame is incomplete, or for text that is
+   * not ours to guess at. Chunks: {type: "chunk", index (from 0), count, data} (docs/websocket.md).
+   */
+  parse(text) {
+    let frame;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      return null;
+    }
+    if (!frame || frame.type !== "chunk") return frame;
+    if (frame.index === 0) this.chunks = [];
+    if (frame.index !== this.chunks.length || typeof frame.data !== "string") {
+      this.chunks = []; // a piece went missing: the sequencer's resync or the next snapshot repairs
+      return null;
+    }
+    this.chunks.push(frame.data);
+    if (this.chunks.length < frame.count) return null;
+    const joined = this.chunks.join("");
+    this.chunks = [];
+    return this.parse(joined);
   }
 
   get isOpen() {

@@ -129,6 +129,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     session: Session | None = None
     _watch: asyncio.Task[None] | None = None
+    _gone: asyncio.Event | None = None
 
     channel_layer_alias = "jxai.consumer-uses-no-layer"
     """Not a configured alias: Channels gives the consumer no layer channel of its own (a
@@ -183,7 +184,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         """The socket closed: release the session (a running turn goes on unless
         ``JXAI_CANCEL_ON_DISCONNECT``)."""
-        self._gone.set()
+        if self._gone is not None:
+            self._gone.set()
         await self._release()
 
     async def _release(self) -> None:
@@ -204,7 +206,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         handshake ends before the worker stops (else the client sees 1006)."""
         await self.close(code=code)
         try:
-            await asyncio.wait_for(self._gone.wait(), 2.0)
+            if self._gone is not None:
+                await asyncio.wait_for(self._gone.wait(), 2.0)
         except asyncio.TimeoutError:
             logger.info("websocket: no close answer within 2 s")
 

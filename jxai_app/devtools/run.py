@@ -33,6 +33,10 @@ from jxai_app.ops.localmodel import (
     app_environment, ensure_model, local_model_needed, spawn_child, stop_child, supervise,
 )
 
+STOP_GRACE_SECONDS = 10.0
+"""Seconds a child gets between SIGTERM and SIGKILL when ``make run`` stops."""
+DRAIN_SECONDS = 5
+"""``JXAI_DRAIN_SECONDS`` for ``make run``'s daphne (unless set): well inside the grace."""
 LOG_PATH = PROJECT_DIR / ".cache" / "localmodel.log"
 """Where the llama.cpp server's output goes (it is verbose: one timing block per request)."""
 
@@ -141,13 +145,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("a provider is configured: not starting the embedded model")
         argv_daphne = [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "project.asgi:application"]
         env.setdefault("PYTHONMALLOC", "malloc")  # free memory goes back after a burst (jxai_app.ops.memory)
+        # Ctrl-C stops daphne with SIGTERM, which lets running answers finish first (docs/turns.md):
+        # for less time than the stop's grace before SIGKILL, so no turn is cut off unsaved.
+        env.setdefault("JXAI_DRAIN_SECONDS", str(DRAIN_SECONDS))
         daphne = spawn_child(argv_daphne, env=env)
         children.append(("daphne", daphne))
         if not wait_for_tcp(args.host, args.port, daphne):
             say("daphne did not start")
             return 1
         say(f"jxai is running at http://{args.host}:{args.port}/  (Ctrl-C stops it)")
-        return supervise(children, say=say)
+        return supervise(children, say=say, grace=STOP_GRACE_SECONDS)
     except KeyboardInterrupt:
         say("interrupted")
         return 0

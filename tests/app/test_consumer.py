@@ -41,6 +41,8 @@ async def test_anonymous_socket_is_closed_with_4401() -> None:
     connected, _ = await tab.comm.connect()
     assert connected
     assert await tab.comm.receive_output(2) == {"type": "websocket.close", "code": 4401}
+    await tab.comm.send_input({"type": "websocket.disconnect", "code": 4401})
+    await tab.comm.wait(2)  # the consumer ends cleanly (raises what it raised, if anything)
 
 
 async def test_send_streams_and_saves(user: Any, fake: FakeProvider, hub: Any) -> None:

@@ -167,6 +167,9 @@ def server_command(
         "--host", host,
         "--port", str(port),
         "--n_ctx", str(n_ctx),
+        # One model serves every user: a second user's request waits for the first to finish
+        # instead of ending it (the server's default interrupts it: an empty answer).
+        "--interrupt_requests", "false",
         *format_args,
     ]  # fmt: skip
 

@@ -79,6 +79,22 @@ async def test_a_plain_chat_streams_text_and_ends_with_done(server: localmodel.L
     assert isinstance(events[-1], DoneEvent) and events[-1].stop_reason in ("stop", "length"), events[-1]
 
 
+async def test_two_users_at_once_both_get_their_answer(server: localmodel.LocalModelServer) -> None:
+    """One model serves everyone: a second request waits for the first instead of ending it
+    (llama.cpp's server interrupts by default, and the first answer then came back empty)."""
+    import asyncio
+
+    async def ask(question: str) -> list[StreamEvent]:
+        return await collect(local_client(server).stream_chat([{"role": "user", "content": question}], [], SYSTEM))
+
+    first = asyncio.ensure_future(ask("Name three rivers of Europe."))
+    await asyncio.sleep(0.3)  # the first request is being answered when the second arrives
+    second = await ask("What is the capital of Spain?")
+    for events in (await first, second):
+        assert "".join(e.content for e in events if isinstance(e, DeltaEvent)).strip(), events
+        assert isinstance(events[-1], DoneEvent), events[-1]
+
+
 async def test_a_forced_tool_call_runs_and_its_result_gets_an_answer(server: localmodel.LocalModelServer) -> None:
     stop = asyncio.Event()
     forced = {"type": "function", "function": {"name": "calculate"}}

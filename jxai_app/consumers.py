@@ -42,12 +42,20 @@ from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
 from jxai_app.store.common import storable
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
-from jxai_app.turns.session import Session, error_frame
+from jxai_app.turns.session import Session, SocketGone, error_frame
 from jxai_app.web.login import still_signed_in
 
 __all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
 
 logger = logging.getLogger("jxai_app.consumers")
+
+try:
+    from autobahn.exception import Disconnected as _AutobahnDisconnected  # daphne's websocket library
+except ImportError:  # pragma: no cover - another ASGI server
+    _AutobahnDisconnected = OSError  # type: ignore[assignment,misc]
+PEER_GONE = (OSError, _AutobahnDisconnected)
+"""What a send on a socket the client closed raises (the ASGI spec asks servers for an
+``OSError``; daphne raises autobahn's ``Disconnected``)."""
 
 UNAUTHENTICATED_CLOSE_CODE = 4401
 """Close code for a socket without a logged-in user (4000–4999 are the application's)."""
@@ -198,8 +206,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await session.close()
 
     async def _send_frame(self, text: str) -> None:
+        """Send one text message.
+
+        Raises:
+            SocketGone: the client already closed (the server refuses the send: daphne's
+                websocket library raises ``Disconnected``, ASGI servers an ``OSError``).
+        """
         if self.session is not None:
-            await self.send(text_data=text)
+            try:
+                await self.send(text_data=text)
+            except PEER_GONE as exc:
+                raise SocketGone() from exc
 
     async def _close_for_drain(self, code: int) -> None:
         """Close with ``code`` and wait (up to 2 s) for the client's answer, so the close

@@ -45,9 +45,14 @@ from jxai_app.turns import control
 from jxai_app.turns.framing import Outbox, wire_texts
 from jxai_app.turns.hub import TurnHub
 
-__all__ = ["Session", "UNSENDABLE_CLOSE_CODE", "error_frame"]
+__all__ = ["Session", "SocketGone", "UNSENDABLE_CLOSE_CODE", "error_frame"]
 
 logger = logging.getLogger("jxai_app.turns")
+
+class SocketGone(Exception):
+    """Raised by a session's ``send`` when the peer already closed the socket: nothing more
+    is sent, and the socket's own close follows."""
+
 
 Send = Callable[[str], Awaitable[None]]
 """Sends one websocket text message (a frame's JSON text)."""
@@ -122,6 +127,7 @@ class Session:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self._peer_gone = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -225,13 +231,16 @@ class Session:
 
     async def _flush(self) -> None:
         for frame in self._out.take():
-            if self._closed:
+            if self._closed or self._peer_gone:
                 return
             try:
                 for text in wire_texts(frame):
                     await self._send(text)
             except asyncio.CancelledError:
                 raise
+            except SocketGone:
+                self._peer_gone = True  # the peer left: its disconnect releases the session
+                return
             except Exception:
                 logger.exception("websocket: cannot send a %s frame to user %s", frame.get("type"),
                                  getattr(self.user, "pk", None))

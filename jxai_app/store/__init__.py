@@ -19,7 +19,8 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
-    turns_recover(*, lease=6.0, everything=False) -> [Recovered]; strays_drop() -> int
+    turns_recover(*, lease=6.0, everything=False, exclude=()) -> [Recovered]; strays_drop() -> int
+    leases_renew(turn_ids) -> set of the turns still running
 
 A running turn writes through a :class:`TurnRecorder` (a few writes per round; see its module).
 """
@@ -40,7 +41,7 @@ from jxai_app.store.conversation import (
     message_list,
 )
 from jxai_app.store.recorder import TurnRecorder
-from jxai_app.store.recovery import Recovered, lease_lapsed, strays_drop, turn_abandon, turns_recover
+from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_recover
 from jxai_app.store.search import conversation_search
 from jxai_app.store.turn import TurnStart, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
@@ -56,7 +57,7 @@ from jxai_app.store.wire import conversations_export, messages_to_wire, to_messa
 __all__ = [
     "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
-    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed",
+    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed", "leases_renew",
     "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
     "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

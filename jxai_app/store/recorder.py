@@ -5,7 +5,6 @@ is written per delta: the agent loop assembles each round's assistant message, a
 recorder saves what the loop assembled when the round ends. Writes per turn::
 
     send                 claim + one INSERT of user message and placeholder (message_send)
-    renew_lease          1 UPDATE every third of the lease
     finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
     begin_round          1 INSERT of the next placeholder (rounds after tool results)
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
@@ -72,14 +71,10 @@ class TurnRecorder:
         self.message_id = None
         return False
 
-    # ------------------------------------------------------------------ the lease
-    def renew_lease(self) -> bool:
-        """Renew the turn's lease (1 UPDATE). Returns False when the turn is lost."""
-        if self.ended:
-            return not self.lost
-        renewed = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id,
-                                              status=ConversationStatus.STREAMING).update(turn_heartbeat=timezone.now())
-        return bool(renewed) or self._lose()
+    def lose(self) -> None:
+        """The turn is no longer this recorder's (its lease renewal found it gone): write
+        nothing more (memory only)."""
+        self._lose()
 
     # ------------------------------------------------------------------ rounds
     def finish_round(self, *, message: Mapping[str, Any] | None, stop_reason: str, usage: Mapping[str, Any] | None,

@@ -1,8 +1,8 @@
 """Turns whose worker died: the lease rule and the recovery (docs/turns.md "Leases").
 
 A running turn holds a **lease** in its conversation row: ``Conversation.turn_heartbeat`` is
-set by the send and renewed by the turn's runner every third of the lease
-(:meth:`jxai_app.store.TurnRecorder.renew_lease`). A turn whose lease is older than
+set by the send and renewed by the turn's worker every third of the lease, for all its
+running turns in one statement (:func:`leases_renew`). A turn whose lease is older than
 ``lease`` seconds (``JXAI_TURN_LEASE_SECONDS``, default 6) is **dead**: its worker was
 killed, or lost the database for longer than that.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from collections.abc import Collection
 from typing import Any
 
 from django.db import transaction
@@ -32,7 +33,8 @@ from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
 from jxai_app.store.common import LEASE_SECONDS
 
-__all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "strays_drop", "turn_abandon", "turns_recover"]
+__all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "leases_renew", "strays_drop", "turn_abandon",
+           "turns_recover"]
 
 INTERRUPTED = ("The answer was interrupted: the server running it stopped before it finished. "
                "The partial answer was dropped; Retry to ask again.")
@@ -92,8 +94,25 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     return bool(ended)
 
 
-def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False,
-                  now: datetime | None = None) -> list[Recovered]:
+def leases_renew(turn_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
+    """Renew the leases of these running turns (one SELECT, one UPDATE, however many).
+
+    Returns:
+        The turns that still run; a turn missing from it was stopped, taken or deleted
+        elsewhere, and its runner must stop writing.
+    """
+    if not turn_ids:
+        return set()
+    live = set(Conversation.objects.filter(turn_id__in=list(turn_ids), status=ConversationStatus.STREAMING)
+               .values_list("turn_id", flat=True))
+    if live:
+        Conversation.objects.filter(turn_id__in=list(live), status=ConversationStatus.STREAMING).update(
+            turn_heartbeat=timezone.now())
+    return live
+
+
+def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False, now: datetime | None = None,
+                  exclude: Collection[uuid.UUID] = ()) -> list[Recovered]:
     """Recover every dead turn (one indexed query for the candidates; the workers' lease
     watch runs it every second).
 
@@ -102,15 +121,16 @@ def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False,
         everything: recover every streaming turn whatever its lease (a single-process start,
             when no turn can be alive).
         now: the time to judge by (tests).
+        exclude: conversations whose turn runs in the caller's own process (alive, however
+            late its renewal).
 
     Returns:
         The turns this call recovered (publish their end to the conversations' tabs).
     """
-    candidates = Conversation.objects.filter(status=ConversationStatus.STREAMING)
+    candidates = Conversation.objects.filter(status=ConversationStatus.STREAMING).exclude(pk__in=list(exclude))
     if not everything:
         cutoff = _cutoff(lease, now)
-        candidates = candidates.filter(turn_heartbeat__lt=cutoff) | candidates.filter(
-            status=ConversationStatus.STREAMING, turn_heartbeat__isnull=True)
+        candidates = candidates.filter(turn_heartbeat__lt=cutoff) | candidates.filter(turn_heartbeat__isnull=True)
     return [
         Recovered(conversation_id=cid, turn_id=tid, owner_id=owner)
         for cid, tid, owner in candidates.values_list("pk", "turn_id", "owner_id")

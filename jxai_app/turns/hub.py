@@ -88,7 +88,8 @@ class TurnHub:
         worker_id: a unique id for this worker (default random).
         idle_trim: seconds without a running turn before free memory is returned to the
             system (:mod:`jxai_app.ops.memory`); ``None``: never.
-        watch: run the lease watch (tests playing several workers in one process may run one).
+        watch: look for other workers' dead turns (tests playing several workers in one
+            process may let one hub do it); this hub's own leases are always renewed.
     """
 
     def __init__(self, *, delivery: LocalDelivery | None = None, worker_id: str | None = None,
@@ -101,7 +102,8 @@ class TurnHub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closers: dict[Any, Any] = {}
         self._started: asyncio.Task[None] | None = None
-        self._watch = LeaseWatch(self) if watch else None
+        self._leases = LeaseWatch(self)
+        self._watch = watch
         self.idle_trim = idle_trim if trim_available() else None
         self._trim_task: asyncio.Task[None] | None = None
         self._last_trim = float("-inf")
@@ -114,8 +116,9 @@ class TurnHub:
 
     async def _start(self) -> None:
         await self.delivery.start(self._answer)
-        if self._watch is not None:
-            self.spawn(self._watch.run(), name="jxai-lease-watch")
+        self.spawn(self._leases.renew(), name="jxai-lease-renewal")
+        if self._watch:
+            self.spawn(self._leases.run(), name="jxai-lease-watch")
 
     # ------------------------------------------------------------------ runners and tasks
     def runner(self, conversation_id: uuid.UUID) -> TurnRunner | None:

@@ -1,7 +1,9 @@
-"""Every worker's lease watch: turns whose worker died are recovered and their tabs told
-(docs/turns.md "Leases").
+"""Every worker's leases: its own turns' renewed, and turns whose worker died recovered and
+their tabs told (docs/turns.md "Leases").
 
-Once a second each worker recovers the turns whose lease lapsed
+Every third of the lease each worker renews the leases of all the turns it runs in one
+statement (:func:`jxai_app.store.leases_renew`); a runner whose turn is gone stops. Once a
+second each worker recovers the turns whose lease lapsed
 (:func:`jxai_app.store.turns_recover`) and publishes each recovered conversation's new state
 to every socket following it, on every worker: an unasked ``snapshot`` (``turn`` null, the
 partial message gone) and a ``conversation`` frame for the owner's other sockets.
@@ -50,7 +52,7 @@ def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
 
 def _recover_and_describe(lease: float, skip: set[Any]) -> list[tuple[Any, dict[str, Any]]]:
     """Recover lapsed turns (not those running here) and return ``(owner, snapshot)`` of each."""
-    recovered = [r for r in store.turns_recover(lease=lease) if r.conversation_id not in skip]
+    recovered = store.turns_recover(lease=lease, exclude=skip)
     out = []
     for turn in recovered:
         frame = snapshot_of(turn.conversation_id)
@@ -81,6 +83,23 @@ class LeaseWatch:
 
     def __init__(self, hub: TurnHub, interval: float = WATCH_INTERVAL_SECONDS) -> None:
         self.hub, self.interval = hub, interval
+
+    async def renew(self) -> None:
+        """Renew this worker's leases every third of the lease until cancelled; a renewal the
+        database does not take is logged and tried again next time."""
+        while True:
+            await asyncio.sleep(conf.get_turn_timing().lease / 3)
+            runners = {runner.turn.turn_id: runner for runner in self.hub.runners()}
+            if not runners:
+                continue
+            try:
+                live = await db_thread_call(store.leases_renew)(list(runners))
+            except (OperationalError, InterfaceError) as exc:
+                logger.warning("leases: the database did not take this worker's renewal (%s)", exc)
+                continue
+            for turn_id, runner in runners.items():
+                if turn_id not in live and not runner.ended:
+                    runner.lease_lost()
 
     async def run(self) -> None:
         """Look every ``interval`` seconds until cancelled (errors logged, never fatal)."""

@@ -15,8 +15,8 @@ Frames of a turn, in order on one path: ``conversation`` (status streaming) and
 ``message_saved`` of the user message; ``events`` from seq 1; ``message_saved`` after each
 saved round and tool result; the ``turn_end`` event; ``conversation`` (final status).
 
-**Faults.** The runner renews the turn's lease every third of ``JXAI_TURN_LEASE_SECONDS``
-(a failed renewal is tried again next time). A write that fails because the database is
+**Faults.** The worker renews the leases of its running turns every third of
+``JXAI_TURN_LEASE_SECONDS`` (:mod:`jxai_app.turns.recovery`). A write that fails because the database is
 unreachable is retried with backoff for up to ``JXAI_STORE_RETRY_SECONDS``, the finished
 state kept in memory; the followers get one ``saving`` frame, then the normal frames once
 it is saved. When it gives up, the turn ends as an ``error`` (an ``error`` event with
@@ -232,16 +232,11 @@ class TurnRunner:
             logger.info("turn %s: no longer owns conversation %s; stopping", self.turn_id, self.conversation_id)
         self.signal.set()
 
-    async def _keep_lease(self) -> None:
-        """Renew the lease every third of it; a failed renewal is logged and tried again."""
-        while True:
-            await asyncio.sleep(self._timing.lease / 3)
-            try:
-                if not await db_thread_call(self._recorder.renew_lease)():
-                    self._lost()
-                    return
-            except _UNREACHABLE as exc:
-                logger.warning("turn %s: could not renew its lease (%s)", self.turn_id, exc)
+    def lease_lost(self) -> None:
+        """The worker's lease renewal found the turn gone (stopped in the database, taken,
+        deleted): write nothing more and stop."""
+        self._recorder.lose()
+        self._lost()
 
     def _context(self, call_id: str, name: str) -> ToolContext:
         return ToolContext(user=self.user, conversation_id=self._cid, call_id=call_id, signal=self.signal,
@@ -249,7 +244,6 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the turn
     async def _main(self) -> None:
-        lease = asyncio.ensure_future(self._keep_lease())
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
             self._publish({"type": "message_saved", "conversationId": self._cid,
@@ -266,8 +260,6 @@ class TurnRunner:
             self.signal.set()
             await self._abort("error", exc)
         finally:
-            lease.cancel()
-            await asyncio.gather(lease, return_exceptions=True)
             await self.hub.delivery.flush()
             self.hub.unregister(self)
 

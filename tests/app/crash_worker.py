@@ -26,7 +26,7 @@ def main(user_id: str, conversation_id: str) -> None:
     turn = store.message_send(user=user, conversation_id=conversation_id, text="Tell me a long story")
     recorder = TurnFeed(turn)
     recorder.add_delta("Once upon a time")
-    assert recorder.renew_lease()
+    assert store.leases_renew([recorder.turn_id])
     print(f"READY {turn.assistant_message_id}", flush=True)
     while True:
         recorder.add_delta(" and then")

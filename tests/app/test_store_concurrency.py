@@ -50,7 +50,7 @@ def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
     for n in range(30):
         recorder.add_delta(f"{n} ")
         if n % 3 == 0:
-            assert recorder.renew_lease()
+            assert store.leases_renew([recorder.turn_id])
     recorder.tool_call_start(f"call_{i}", "lookup")
     recorder.tool_call_delta(f"call_{i}", '{"q":1}')
     assert recorder.finish_round(stop_reason="tool_calls", usage={"inputTokens": 10, "outputTokens": 5})
@@ -60,7 +60,7 @@ def _full_turn(user: Any, conversation_id: Any, i: int) -> str:
     for n in range(30):
         recorder.add_delta("y")
         if n % 3 == 0:
-            assert recorder.renew_lease()
+            assert store.leases_renew([recorder.turn_id])
     assert recorder.finish_round(stop_reason="stop", usage={"inputTokens": 20, "outputTokens": 5}, last=True)
     list(store.conversation_list(user=user)[:20])
     return "ok"

@@ -80,7 +80,8 @@ def test_command_drops_a_dead_turns_partial_and_keeps_completed_messages(user: A
     ]
     assert conversation.token_count == 5, "the last completed turn's count stays"
     assert Conversation.objects.get(pk=live.pk).status == "streaming", "a live turn is left alone"
-    assert recorder.renew_lease() is False and recorder.lost, "the dead turn's recorder finds its turn gone"
+    assert store.leases_renew([recorder.turn_id]) == set(), "the dead turn's worker finds its turn gone"
+    recorder.lose()
     assert recorder.end_turn() is False
     assert Conversation.objects.get(pk=conversation.pk).status == "error"
 
@@ -105,9 +106,11 @@ def test_a_turn_that_renews_its_lease_is_never_taken(user: Any, clock: FakeClock
     assert recorder.finish_round(stop_reason="tool_calls")
     _age(conversation, 5)
     assert store.turns_recover(lease=6) == []
-    assert recorder.renew_lease()
+    assert store.leases_renew([recorder.turn_id]) == {recorder.turn_id}
     assert store.turns_recover(now=timezone.now() + timedelta(seconds=5)) == []
-    recovered = store.turns_recover(now=timezone.now() + timedelta(seconds=7))
+    later = timezone.now() + timedelta(seconds=7)
+    assert store.turns_recover(now=later, exclude={conversation.pk}) == [], "a worker's own turns are alive"
+    recovered = store.turns_recover(now=later)
     assert [r.conversation_id for r in recovered] == [conversation.pk]
     assert _rows(conversation)[-1] == ("assistant", "", "complete"), "the completed round stays"
 

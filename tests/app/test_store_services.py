@@ -137,7 +137,7 @@ def test_a_turn_that_ended_writes_nothing_more(user: Any, clock: FakeClock) -> N
     with count_writes() as writes:
         recorder.add_delta(" more")
         assert recorder.finish_round(stop_reason="stop") is True
-        assert recorder.renew_lease() is True
+        assert store.leases_renew([recorder.turn_id]) == set(), "an ended turn's lease is not renewed"
     assert writes.count == 0
     assert _snapshot(conversation) == before
 
@@ -194,7 +194,8 @@ def test_stop_from_another_worker_makes_the_recorder_lost(user: Any, clock: Fake
     recorder.add_delta("partial")
     assert store.turn_cancel(user=user, conversation_id=conversation.pk) == recorder.turn_id
     assert store.turn_cancel(user=user, conversation_id=conversation.pk) is None, "safe without a turn"
-    assert recorder.renew_lease() is False and recorder.lost
+    assert store.leases_renew([recorder.turn_id]) == set()  # the worker's renewal finds it gone
+    recorder.lose()
     with count_writes() as writes:
         assert recorder.finish_round(stop_reason="stop", last=True) is False
         assert recorder.begin_round() is False
@@ -221,8 +222,9 @@ def test_a_recorder_whose_turn_was_replaced_cannot_write(user: Any, clock: FakeC
 def test_delete_during_a_turn_returns_the_turn_and_the_recorder_stops(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
     assert store.conversation_delete(user=user, conversation_id=conversation.pk) == recorder.turn_id
-    assert recorder.renew_lease() is False
-    assert recorder.begin_round() is False
+    assert store.leases_renew([recorder.turn_id]) == set()  # the worker's renewal finds it gone
+    recorder.lose()
+    assert recorder.begin_round() is False and recorder.end_turn() is False
     assert not Message.objects.filter(conversation_id=conversation.pk).exists()
 
 
@@ -230,7 +232,7 @@ def test_the_lease_is_renewed_with_one_write(user: Any, clock: FakeClock) -> Non
     conversation, recorder = _start(user, clock)
     before = Conversation.objects.get(pk=conversation.pk).turn_heartbeat
     with count_writes() as writes:
-        assert recorder.renew_lease()
+        assert store.leases_renew([recorder.turn_id, uuid.uuid4()]) == {recorder.turn_id}
     assert writes.count == 1
     assert Conversation.objects.get(pk=conversation.pk).turn_heartbeat > before
 

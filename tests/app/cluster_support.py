@@ -22,7 +22,7 @@ import pytest
 
 from tests.app.turns_support import models_config
 from tests.support.fake_provider import FakeProvider
-from tests.support.workers import Cluster
+from tests.support.workers import Cluster, WsClient
 
 __all__ = ["SCALEOUT", "SCALEOUT_MARKS", "cluster", "provider", "saved_messages"]
 
@@ -66,3 +66,10 @@ def saved_messages(conversation_id: Any) -> list[tuple[str, str, str]]:
 
     return list(Message.objects.filter(conversation_id=conversation_id).order_by("position")
                 .values_list("role", "content", "status"))
+
+
+async def subscribe(clients: list[WsClient], conversation_id: str) -> None:
+    """Subscribe every client to the conversation and wait for each one's snapshot."""
+    for client in clients:
+        await client.send(type="subscribe", conversationId=conversation_id)
+        await client.until(lambda f: f["type"] == "snapshot", what="snapshot")

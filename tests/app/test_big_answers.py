@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async as sync_to_async
 
-from tests.app.cluster_support import SCALEOUT, provider, saved_messages  # noqa: F401 (fixture)
+from tests.app.cluster_support import SCALEOUT, provider, saved_messages, subscribe  # noqa: F401 (fixture)
 from tests.app.turns_support import MODEL, models_config, text_script
 from tests.support.database import database_url
 from tests.support.fake_provider import FakeProvider
@@ -87,9 +87,7 @@ async def test_a_long_answer_reaches_both_tabs_in_bounded_frames(
     provider.add(text_script(parts), text_script(["short ", "one"]))
 
     async with WsClient(worker_a.port, cookie) as asking, WsClient(worker_b.port, cookie) as second:
-        for client in (asking, second):
-            await client.send(type="subscribe", conversationId=cid)
-            await client.until(lambda f: f["type"] == "snapshot")
+        await subscribe([asking, second], cid)
         await asking.send(type="send", conversationId=cid, text="Write a lot.")
         for client in (asking, second):
             turn = await _turn_done(client, turn_timeout=120)

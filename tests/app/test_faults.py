@@ -38,7 +38,7 @@ from channels.db import database_sync_to_async as sync_to_async
 
 from jxai_app.turns.hub import CLOSE_GOING_AWAY
 
-from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages  # noqa: F401 (fixtures)
+from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages, subscribe  # noqa: F401
 from tests.app.turns_support import MODEL, text_script
 from tests.support.fake_provider import FakeProvider, Script, Write, openai_text_stream
 from tests.support.workers import Cluster, Frame, Worker, WsClient, kill_hard, make_users, session_cookie
@@ -116,13 +116,6 @@ def assistant_saved(content: str) -> Callable[[Frame], bool]:
     """Matches the ``message_saved`` frame of an assistant message with ``content``."""
     return lambda f: (f["type"] == "message_saved" and f["message"]["role"] == "assistant"
                       and f["message"]["content"] == content)
-
-
-async def subscribe(clients: list[WsClient], conversation_id: str) -> None:
-    """Subscribe every client to the conversation and wait for each one's snapshot."""
-    for client in clients:
-        await client.send(type="subscribe", conversationId=conversation_id)
-        await client.until(lambda f: f["type"] == "snapshot", what="snapshot")
 
 
 async def streaming(clients: list[WsClient]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async as sync_to_async
 
-from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages  # noqa: F401 (fixtures)
+from tests.app.cluster_support import SCALEOUT_MARKS, cluster, provider, saved_messages, subscribe  # noqa: F401
 from tests.app.turns_support import MODEL, text_script
 from tests.support.fake_provider import FakeProvider
 from tests.support.workers import Cluster, WsClient, session_cookie
@@ -37,9 +37,7 @@ async def test_two_daphne_workers_share_a_conversation(user: Any, provider: Fake
     provider.add(text_script(parts, delay=0.002), text_script([f"s{i} " for i in range(2000)], delay=0.01))
 
     async with WsClient(worker_a.port, cookie) as a, WsClient(worker_b.port, cookie) as b:
-        for client in (a, b):
-            await client.send(type="subscribe", conversationId=cid)
-            await client.until(lambda f: f["type"] == "snapshot")
+        await subscribe([a, b], cid)
 
         # 1. sent on A, streamed on A and B: the same events in the same order
         await a.send(type="send", conversationId=cid, text="Count for both workers.")

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import ipaddress
 import json
 import os
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -276,6 +278,64 @@ def allow_client_provider() -> bool:
     """``JXAI_ALLOW_CLIENT_PROVIDER``: ``POST /ai/chat`` accepts a caller-supplied provider
     URL (``X-Api-Base-URL``, SSRF-checked) with the caller's own key (default off)."""
     return bool(settings.JXAI_ALLOW_CLIENT_PROVIDER)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAccess:
+    """Who may read ``/metrics`` (docs/operations.md "Metrics")."""
+
+    allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    """``JXAI_METRICS_ALLOWED_IPS``: client addresses (``REMOTE_ADDR``) let in."""
+    token: str | None
+    """``JXAI_METRICS_TOKEN`` from the environment: a request bearing it is let in from anywhere."""
+
+
+def metrics_access() -> MetricsAccess:
+    """The ``/metrics`` access rule from settings and the environment.
+
+    Raises:
+        ConfigurationError: an entry of ``JXAI_METRICS_ALLOWED_IPS`` is not an address or network.
+    """
+    try:
+        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in settings.JXAI_METRICS_ALLOWED_IPS)
+    except ValueError as exc:
+        raise ConfigurationError(f"JXAI_METRICS_ALLOWED_IPS: {exc}") from None
+    return MetricsAccess(allowed_networks=networks, token=os.environ.get("JXAI_METRICS_TOKEN") or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Tracing:
+    """OpenTelemetry tracing (docs/operations.md "Tracing")."""
+
+    endpoint: str | None
+    """``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``): tracing is on when set."""
+    capture_content: bool
+    """``JXAI_OTEL_CAPTURE_CONTENT``: record message content on spans (default off)."""
+    service_name: str
+    """``OTEL_SERVICE_NAME`` (default ``jxai``)."""
+
+
+def tracing() -> Tracing:
+    """The tracing settings (the ``OTEL_*`` variables are OpenTelemetry's own, read from the environment)."""
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return Tracing(endpoint=endpoint or None, capture_content=bool(settings.JXAI_OTEL_CAPTURE_CONTENT),
+                   service_name=os.environ.get("OTEL_SERVICE_NAME") or "jxai")
+
+
+def cost_per_day() -> Decimal:
+    """``JXAI_COST_PER_DAY``: each user's spend per UTC day in USD (0 = unlimited).
+
+    Raises:
+        ConfigurationError: not a non-negative decimal number.
+    """
+    try:
+        value = Decimal(str(settings.JXAI_COST_PER_DAY).strip() or "0")
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or value < 0:
+        raise ConfigurationError(f"JXAI_COST_PER_DAY must be a non-negative number of USD, "
+                                 f"not {settings.JXAI_COST_PER_DAY!r}")
+    return value
 
 
 def reset_caches() -> None:

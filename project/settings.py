@@ -264,3 +264,21 @@ JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))
+
+# --- Operating it (issue 18; docs/operations.md): /metrics access, tracing, log format, cost ---
+# /metrics answers requests from these addresses or networks (REMOTE_ADDR), or any request
+# with "Authorization: Bearer $JXAI_METRICS_TOKEN" (the token is read from the environment by
+# jxai_app.conf, never kept here). PROMETHEUS_MULTIPROC_DIR (read by prometheus-client)
+# merges several workers' metrics. Tracing is on when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+JXAI_METRICS_ALLOWED_IPS = env_list("JXAI_METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+JXAI_OTEL_CAPTURE_CONTENT = env_bool("JXAI_OTEL_CAPTURE_CONTENT", False)
+# Per-user spend per UTC day in USD (decimal text; 0 = unlimited), beside JXAI_TOKENS_PER_DAY.
+JXAI_COST_PER_DAY = os.environ.get("JXAI_COST_PER_DAY", "0")
+DJANGO_LOG_FORMAT = os.environ.get("DJANGO_LOG_FORMAT", "text").strip().lower()
+if DJANGO_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"DJANGO_LOG_FORMAT must be text or json, not {DJANGO_LOG_FORMAT!r}")
+if DJANGO_LOG_FORMAT == "json":
+    LOGGING["formatters"] = {"json": {"()": "jxai_app.ops.jsonlog.JsonFormatter"}}
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+# Probes and scrapers speak plain HTTP inside the cluster: no HTTPS redirect for them.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]

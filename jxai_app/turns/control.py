@@ -28,6 +28,7 @@ from jxai_app.core.providers import ModelConfig
 from jxai_app.core.streaming.events import ErrorEvent
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
+from jxai_app.ops import metrics
 from jxai_app.policy import ratelimit, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
 from jxai_app.store.dbsync import db_request
@@ -75,8 +76,11 @@ def tool_view(user: Any, model: ModelConfig) -> Any:
 
 
 def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
+    provider = conf.get_model_registry().resolve(alias).provider
+
     def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
         logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
+        metrics.PROVIDER_RETRIES.labels(provider, str(error.code)).inc()
 
     return on_retry
 

@@ -49,6 +49,8 @@ from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent,
 )
 from jxai_app.core.tools import ToolContext
+from jxai_app.ops import metrics
+from jxai_app.ops.observe import TurnObserver
 from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
@@ -156,6 +158,7 @@ class TurnRunner:
         self._error: ErrorEvent | None = None
         self._timing = conf.get_turn_timing()
         self._saving_told = False
+        self._observer = TurnObserver(model=turn.model, conversation_id=self._cid, turn_id=self.turn_id)
 
     # ------------------------------------------------------------------ control
     def start(self) -> asyncio.Task[None]:
@@ -184,6 +187,7 @@ class TurnRunner:
     def _event(self, event: dict[str, Any]) -> None:
         seq = self.log.last_seq + 1
         self.log.append(seq, self._message_id, event)
+        self._observer.see(event)
         self._publish({"type": "events", "conversationId": self._cid, "turnId": self.turn_id,
                        "items": [{"seq": seq, "messageId": self._message_id, "event": event}]})
 
@@ -215,6 +219,7 @@ class TurnRunner:
             try:
                 return await db_thread_call(method)(*args, **kwargs)
             except _UNREACHABLE as exc:
+                metrics.STORE_WRITE_RETRIES.inc()
                 if loop.time() + delay > deadline:
                     raise StoreUnavailable(str(exc)) from exc
                 if not self._saving_told:
@@ -244,6 +249,7 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the turn
     async def _main(self) -> None:
+        self._observer.started()
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
             self._publish({"type": "message_saved", "conversationId": self._cid,
@@ -260,6 +266,7 @@ class TurnRunner:
             self.signal.set()
             await self._abort("error", exc)
         finally:
+            self._observer.close()
             await self.hub.delivery.flush()
             self.hub.unregister(self)
 
@@ -291,6 +298,7 @@ class TurnRunner:
         elif isinstance(event, RoundEndEvent):
             self._event(event.to_dict())
             usage, estimated = self._tally.usage()
+            self._observer.round_usage(usage, estimated)
             if event.stop_reason not in ("cancelled", "error") and not recorder.lost:
                 if await self._save(recorder.finish_round, message=event.message, stop_reason=event.stop_reason,
                                     usage=usage, estimated=estimated, call_started=self._call_started):

@@ -106,7 +106,8 @@ async def chat(request: HttpRequest) -> HttpResponse:
 
     async def finish(outcome: gateway.StreamOutcome) -> None:
         try:
-            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated)
+            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, model=upstream.model,
+                                          failed=outcome.terminal == "error")
         except Exception:  # the answer is already out; losing a count must not raise here
             logger.exception("ai/chat: recording usage failed")
 

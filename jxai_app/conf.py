@@ -102,6 +102,7 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "model_id": LOCAL_MODEL_ALIAS,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
+            "price": {"input_per_mtok": 0, "output_per_mtok": 0},  # runs here: costs nothing per token
         }
         models[LOCAL_MODEL_ALIAS] = {**local, "label": "Gemma 3 270M (local)"}
         models[LOCAL_CALCULATOR_ALIAS] = {

@@ -297,6 +297,10 @@ class UserLimits(models.Model):
         null=True, blank=True, help_text="Most tokens (input + output) per UTC day. " + _LIMIT_HELP.format(
             setting="JXAI_TOKENS_PER_DAY"))
     """Most tokens (input + output) per UTC day; ``None`` = the settings' default, 0 = no limit."""
+    cost_per_day = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0)],
+        help_text="Most spend in USD per UTC day. " + _LIMIT_HELP.format(setting="JXAI_COST_PER_DAY"))
+    """Most cost in USD per UTC day; ``None`` = the settings' default, 0 = no limit (docs/operations.md "Cost")."""
 
     class Meta:
         verbose_name = "user limits"
@@ -307,19 +311,22 @@ class UserLimits(models.Model):
 
 
 class UsageLedger(models.Model):
-    """Tokens and provider requests of one user on one UTC day (docs/security.md "Limits: why the database, and what it costs").
+    """Tokens, cost and provider requests of one user with one model on one UTC day
+    (docs/security.md "Limits: why the database, and what it costs"; docs/operations.md "Cost").
 
     Written only by :func:`jxai_app.policy.usage.ledger_add` with ``F()`` increments (race-free
-    upsert); the daily token quota reads it, so the figure holds across worker processes and
-    restarts. ``input_tokens`` and ``output_tokens`` include estimated counts;
-    ``estimated_tokens`` says how many of them were estimated because the provider sent no
-    usage.
+    upsert); the daily token and cost quotas read the sum of the user's rows of the day, so the
+    figures hold across worker processes and restarts. ``input_tokens`` and ``output_tokens``
+    include estimated counts; ``estimated_tokens`` says how many of them were estimated
+    because the provider sent no usage, and ``estimated_cost_usd`` how much of the cost.
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_usage")
     """Whose usage."""
     day = models.DateField()
     """The UTC day."""
+    model = models.CharField(max_length=200, blank=True, default="")
+    """The model alias the requests used (``""``: recorded before models were told apart)."""
     input_tokens = models.PositiveBigIntegerField(default=0)
     """Prompt tokens of the day's provider requests (estimates included)."""
     output_tokens = models.PositiveBigIntegerField(default=0)
@@ -327,20 +334,28 @@ class UsageLedger(models.Model):
     estimated_tokens = models.PositiveBigIntegerField(
         default=0, help_text="Part of input + output that was estimated (the provider sent no usage).")
     """How many of ``input_tokens + output_tokens`` were estimated, not reported."""
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0,
+                                   help_text="USD, from the model's price (estimates included).")
+    """What the requests cost in USD (:mod:`jxai_app.policy.cost`), estimated ones included."""
+    estimated_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0,
+                                             help_text="Part of the cost computed from estimated tokens.")
+    """How much of ``cost_usd`` comes from estimated tokens."""
     requests = models.PositiveIntegerField(default=0)
     """Provider requests recorded (one per model round, websocket and ``/ai/chat`` alike)."""
+    failed_requests = models.PositiveIntegerField(default=0)
+    """Of ``requests``, those that ended in an error (the admin's error rate)."""
     updated_at = models.DateTimeField(auto_now=True)
     """Last increment."""
 
     class Meta:
-        ordering = ["-day", "user"]
-        verbose_name = "usage (per user and day)"
-        verbose_name_plural = "usage (per user and day)"
-        constraints = [models.UniqueConstraint(fields=["user", "day"], name="jxai_usage_user_day_unique")]
+        ordering = ["-day", "user", "model"]
+        verbose_name = "usage (per user, model and day)"
+        verbose_name_plural = "usage (per user, model and day)"
+        constraints = [models.UniqueConstraint(fields=["user", "day", "model"], name="jxai_usage_user_day_model")]
         indexes = [models.Index(fields=["day"], name="jxai_usage_day")]
 
     def __str__(self) -> str:
-        return f"usage of {self.user} on {self.day:%Y-%m-%d}"
+        return f"usage of {self.user} with {self.model or '(any model)'} on {self.day:%Y-%m-%d}"
 
     @property
     def total_tokens(self) -> int:

@@ -1,5 +1,5 @@
-"""Per-user rate limit (turns per minute) and quota (tokens per day) (docs/security.md,
-threat 3, and "Limits: why the database, and what it costs").
+"""Per-user rate limit (turns per minute) and quotas (tokens and USD per day) (docs/security.md,
+threat 3, and "Limits: why the database, and what it costs"; docs/operations.md "Cost").
 
 Shared by ``POST /ai/chat`` and the websocket turn runner: call :func:`check_turn_allowed`
 before a turn contacts the provider, and :func:`record_usage` once per provider request
@@ -7,7 +7,7 @@ with the usage it reported (or an estimate, marked as such). Both have ``a``-pre
 twins for async callers.
 
 Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`` through
-:func:`jxai_app.conf.get_limits`), overridden per user by a :class:`~jxai_app.models.UserLimits`
+:func:`jxai_app.conf.get_limits`, ``JXAI_COST_PER_DAY`` through :func:`jxai_app.conf.cost_per_day`), overridden per user by a :class:`~jxai_app.models.UserLimits`
 row (``None`` = the default). **0 means no limit**, in settings and overrides alike.
 
 Storage is the database, which every worker process already shares (SQLite file or
@@ -15,8 +15,9 @@ PostgreSQL), so both figures are exact with any number of workers and survive re
 Django's cache is not used: its default (local memory) counts per process, and a shared
 cache may be emptied.
 
-- **Tokens per day**: the :class:`~jxai_app.models.UsageLedger` row of the user and UTC day,
-  increased by :func:`record_usage` with ``F()`` increments (:mod:`jxai_app.policy.usage`).
+- **Tokens and cost per day**: the :class:`~jxai_app.models.UsageLedger` rows of the user and
+  UTC day (one per model), increased by :func:`record_usage` with ``F()`` increments
+  (:mod:`jxai_app.policy.usage`), the cost from :func:`jxai_app.policy.cost.request_cost`.
 - **Turns per minute**: an exact sliding window. Each admitted turn (a websocket send or an
   ``/ai/chat`` request) adds a :class:`~jxai_app.models.TurnAdmission` row; admitting counts
   the user's rows of the last 60 s inside one transaction that is serialised per user (on
@@ -35,6 +36,7 @@ import math
 import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable, Final, Mapping
 
 from django.contrib.auth import get_user_model
@@ -42,6 +44,7 @@ from django.db import transaction
 
 from jxai_app import conf
 from jxai_app.policy import usage as ledger
+from jxai_app.policy.cost import request_cost
 from jxai_app.store.dbsync import database_sync_to_async
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
@@ -71,6 +74,8 @@ class Allowance:
 
     turns_per_minute: int
     tokens_per_day: int
+    cost_per_day: Decimal = Decimal(0)
+    """USD per UTC day."""
 
 
 def allowance_for(user: Any) -> Allowance:
@@ -78,12 +83,15 @@ def allowance_for(user: Any) -> Allowance:
     from jxai_app.models import UserLimits
 
     limits = conf.get_limits()
-    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day").first() or {}
+    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day",
+                                                            "cost_per_day").first() or {}
     turns = row.get("turns_per_minute")
     tokens = row.get("tokens_per_day")
+    cost = row.get("cost_per_day")
     return Allowance(
         turns_per_minute=int(limits.turns_per_minute if turns is None else turns),
         tokens_per_day=int(limits.tokens_per_day if tokens is None else tokens),
+        cost_per_day=conf.cost_per_day() if cost is None else Decimal(cost),
     )
 
 
@@ -99,11 +107,13 @@ def _today(now: datetime) -> date:
 # -- tokens per day ------------------------------------------------------------------------
 def tokens_used_today(user: Any) -> int:
     """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
-    return ledger.tokens_on(user.pk, _today(now()))
+    return ledger.spent_on(user.pk, _today(now())).tokens
 
 
-def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool) -> int:
-    """Add one provider request's tokens to the user's ledger row for today (UTC).
+def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool, model: str | None = None,
+                 failed: bool = False) -> int:
+    """Add one provider request's tokens and cost to the user's ledger row for today (UTC)
+    and the model.
 
     Args:
         user: the user who asked; ``None`` or unsaved users record nothing.
@@ -112,7 +122,11 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool)
             request with no tokens.
         estimated: True when the counts are an estimate (the provider sent none). Estimates
             count toward the quota like real figures and are also added to the ledger's
-            ``estimated_tokens`` so admin shows them as such.
+            ``estimated_tokens`` (and their cost to ``estimated_cost_usd``) so admin shows
+            them as such.
+        model: the model alias (prices the tokens: :func:`jxai_app.policy.cost.request_cost`);
+            ``None``: unknown, unpriced.
+        failed: the request ended in an error (the ledger's ``failed_requests``).
 
     Returns:
         The tokens added (input + output).
@@ -123,7 +137,8 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool)
     if user is None or getattr(user, "pk", None) is None:
         return 0
     counts = ledger.counts_from(usage, estimated=estimated)
-    ledger.ledger_add(user.pk, _today(now()), counts)
+    ledger.ledger_add(user.pk, _today(now()), counts, model=model or "", cost=request_cost(model, counts),
+                      failed=failed)
     return counts.total
 
 
@@ -149,7 +164,7 @@ def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
 def check_turn_allowed(user: Any) -> None:
     """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
 
-    Checked before the provider is contacted: first the daily token quota, then the turns
+    Checked before the provider is contacted: first the daily token and cost quotas, then the turns
     per minute (a turn refused for quota takes no slot). The allowance and today's ledger row
     are read; then, when turns per minute are limited, the user's row is locked
     (``select_for_update(no_key=True)`` on PostgreSQL: rows that merely reference the user are
@@ -159,7 +174,7 @@ def check_turn_allowed(user: Any) -> None:
     later refusal or conflict rolls the admission back too), else in one of its own.
 
     Raises:
-        ProblemError: ``quota-exceeded`` (429) when today's tokens reached the allowance,
+        ProblemError: ``quota-exceeded`` (429) when today's tokens or cost reached the allowance,
             ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the
             allowance of turns in the last 60 s is used up, ``retry_after`` = seconds until
             the oldest counted turn leaves the window.
@@ -172,13 +187,17 @@ def check_turn_allowed(user: Any) -> None:
     # No savepoint, and a refusal raised outside the block: the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
         allowance = allowance_for(user)
-        used = ledger.tokens_on(user.pk, _today(at))
-        if allowance.tokens_per_day > 0 and used >= allowance.tokens_per_day:
-            midnight = datetime.combine(_today(at) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
-            retry = max(1, math.ceil((midnight - at).total_seconds()))
-            refusal = problem_error("quota-exceeded", f"You have used {used} of your {allowance.tokens_per_day} "
-                                                      f"tokens for today (UTC); the allowance renews in {retry} s.",
-                                    retry_after=retry)
+        spent = ledger.spent_on(user.pk, _today(at))
+        midnight = datetime.combine(_today(at) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+        retry = max(1, math.ceil((midnight - at).total_seconds()))
+        if allowance.tokens_per_day > 0 and spent.tokens >= allowance.tokens_per_day:
+            refusal = problem_error("quota-exceeded", f"You have used {spent.tokens} of your "
+                                                      f"{allowance.tokens_per_day} tokens for today (UTC); the "
+                                                      f"allowance renews in {retry} s.", retry_after=retry)
+        elif allowance.cost_per_day > 0 and spent.cost >= allowance.cost_per_day:
+            refusal = problem_error("quota-exceeded", f"You have spent ${spent.cost:.4f} of your "
+                                                      f"${allowance.cost_per_day:.2f} for today (UTC); the "
+                                                      f"allowance renews in {retry} s.", retry_after=retry)
         elif allowance.turns_per_minute > 0:
             get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
             window = TurnAdmission.objects.filter(user_id=user.pk)

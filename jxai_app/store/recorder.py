@@ -117,17 +117,18 @@ class TurnRecorder:
                          started_at=started.get(c["id"], now))
                 for i, c in enumerate(calls)])
             if usage:
-                ratelimit.record_usage(self.user, usage, estimated=estimated)
+                ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model)
         self.round_open = False
         if usage:
             self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
         return True
 
-    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
+    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool, failed: bool = False) -> None:
         """Count a round that saved no message (an error, or Stop) in the user's ledger: its
-        tokens were spent all the same (1 upsert; nothing when ``usage`` is ``None``)."""
-        if usage:
-            ratelimit.record_usage(self.user, usage, estimated=estimated)
+        tokens were spent all the same, and a ``failed`` one counts toward the error rate
+        (1 upsert; nothing when ``usage`` is ``None`` and the round did not fail)."""
+        if usage or failed:
+            ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model, failed=failed)
 
     def begin_round(self) -> bool:
         """Open the next round's placeholder (1 INSERT) after tool results (nothing while

@@ -305,7 +305,8 @@ class TurnRunner:
                     await self._publish_message(self._message_id)
                 self._lost()
             else:
-                await self._save(recorder.record_usage, usage, estimated=estimated)
+                await self._save(recorder.record_usage, usage, estimated=estimated,
+                                 failed=event.stop_reason == "error")
             self._tally.grow(event.message)
         elif isinstance(event, ToolStartEvent):
             self._event(event.to_dict())

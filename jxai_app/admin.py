@@ -30,10 +30,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
-from jxai_app.policy import tokens, toolpolicy
+from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
 from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
+from jxai_app.web.charts import stacked_bars
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
 """The permission that shows what was said in conversations."""
@@ -325,21 +326,33 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
 
 @admin.register(UserLimits)
 class UserLimitsAdmin(DeclaredFiltersOnly):
-    """Per-user overrides of the rate limit and the daily token quota: empty = the settings'
-    default, 0 = unlimited (the help text of each field says so on the form)."""
+    """Per-user overrides of the rate limit and the daily token and cost quotas: empty = the
+    settings' default, 0 = unlimited (the help text of each field says so on the form)."""
 
-    list_display = ("user", "turns_per_minute", "tokens_per_day")
+    list_display = ("user", "turns_per_minute", "tokens_per_day", "cost_per_day")
     search_fields = ("user__username",)
     raw_id_fields = ("user",)
 
 
+def _tokens(value: float) -> str:
+    return f"{value:,.0f} tokens"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.4f}"
+
+
 @admin.register(UsageLedger)
 class UsageLedgerAdmin(DeclaredFiltersOnly):
-    """Per-user usage by UTC day, read-only, with totals over the filtered rows. Estimated
-    tokens (the provider sent no usage) are a column of their own."""
+    """Per-user usage by model and UTC day, read-only, with totals over the filtered rows,
+    charts of the last 30 days of those rows (tokens and cost per day by model and by user,
+    the top users, the error rate; inline SVG drawn on the server, :mod:`jxai_app.web.charts`)
+    and a CSV export of them (docs/operations.md "Usage in admin"). Estimated tokens (the
+    provider sent no usage) and their cost are columns of their own."""
 
-    list_display = ("day", "user", "input_tokens", "output_tokens", "total", "estimated", "requests")
-    list_filter = (("user", admin.RelatedOnlyFieldListFilter), "day")
+    list_display = ("day", "user", "model", "input_tokens", "output_tokens", "total", "estimated", "cost",
+                    "requests", "failed_requests")
+    list_filter = (("user", admin.RelatedOnlyFieldListFilter), "model", "day")
     list_select_related = ("user",)
     date_hierarchy = "day"
     search_fields = ("user__username",)
@@ -353,6 +366,11 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
     def estimated(self, row: UsageLedger) -> str:
         return f"{row.estimated_tokens} (estimated)" if row.estimated_tokens else "0"
 
+    @admin.display(description="cost (USD)", ordering="cost_usd")
+    def cost(self, row: UsageLedger) -> str:
+        text = _usd(float(row.cost_usd))
+        return f"{text} ({_usd(float(row.estimated_cost_usd))} estimated)" if row.estimated_cost_usd else text
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -362,17 +380,50 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_urls(self) -> list[URLPattern]:
+        export = path("export.csv", self.admin_site.admin_view(self.export_csv_view),
+                      name="jxai_app_usageledger_export")
+        return [export, *super().get_urls()]
+
+    def export_csv_view(self, request: HttpRequest) -> HttpResponse:
+        """The rows the changelist shows with the same filters (every page), as CSV."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        rows = self.get_changelist_instance(request).queryset
+        stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+        return HttpResponse(usage_report.csv_text(rows.iterator()), content_type="text/csv; charset=utf-8",
+                            headers={"Content-Disposition": f'attachment; filename="jxai-usage-{stamp}.csv"'})
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         response = super().changelist_view(request, extra_context)
         context = getattr(response, "context_data", None)
         if isinstance(context, dict) and "cl" in context:
-            totals = context["cl"].queryset.aggregate(
+            rows = context["cl"].queryset
+            totals = rows.aggregate(
                 input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"),
-                estimated_tokens=Sum("estimated_tokens"), requests=Sum("requests"))
-            totals = {key: int(value or 0) for key, value in totals.items()}
+                estimated_tokens=Sum("estimated_tokens"), requests=Sum("requests"),
+                failed_requests=Sum("failed_requests"), cost_usd=Sum("cost_usd"),
+                estimated_cost_usd=Sum("estimated_cost_usd"))
+            totals = {key: value or 0 for key, value in totals.items()}
             totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
             context["totals"] = totals
+            context["charts"] = self._charts(rows)
+            context["top_users"] = usage_report.top_users(rows, today=ratelimit.now().date())
+            context["export_query"] = request.GET.urlencode()
         return response
+
+    @staticmethod
+    def _charts(rows: QuerySet[UsageLedger]) -> list[Any]:
+        today = ratelimit.now().date()  # the ledger's own clock: its days are UTC days
+        charts = [
+            stacked_bars(f"{measure}-by-{group}", f"{label} per day by {group}, last 30 days",
+                         usage_report.daily_by(rows, group=group, measure=measure, today=today), unit=unit)
+            for measure, label, unit in (("tokens", "Tokens", _tokens), ("cost", "Cost (USD)", _usd))
+            for group in ("model", "user")
+        ]
+        charts.append(stacked_bars("error-rate", "Provider requests that failed, % per day, last 30 days",
+                                   usage_report.error_rate(rows, today=today), unit=lambda v: f"{v:.1f} %"))
+        return charts
 
 
 def _usage_link(user: Any) -> str:

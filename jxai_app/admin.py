@@ -335,7 +335,7 @@ class UserLimitsAdmin(DeclaredFiltersOnly):
 
 
 def _tokens(value: float) -> str:
-    return f"{value:,.0f} tokens"
+    return f"{value:,.0f}"
 
 
 def _usd(value: float) -> str:
@@ -357,6 +357,9 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
     date_hierarchy = "day"
     search_fields = ("user__username",)
     change_list_template = "admin/jxai_app/usageledger/change_list.html"
+
+    class Media:
+        css = {"all": ("jxai_app/admin.css",)}  # the charts' size
 
     @admin.display(description="total tokens", ordering=F("input_tokens") + F("output_tokens"))
     def total(self, row: UsageLedger) -> int:

@@ -25,7 +25,7 @@ PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 """Series colours (Tableau 10), in series order; repeated past eight."""
 
 WIDTH, HEIGHT = 720, 240
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 8, 12, 28
+_LEFT, _RIGHT, _TOP, _BOTTOM = 84, 8, 12, 28
 _LEGEND_ROW = 18
 
 
@@ -75,13 +75,13 @@ def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[fl
                                         WIDTH / 2, HEIGHT / 2, "No usage in these days")
     return format_html(
         '<figure class="jxai-chart"><figcaption>{}</figcaption>'
-        '<svg xmlns="http://www.w3.org/2000/svg" data-chart="{}" role="img" aria-label="{}" width="{}" height="{}" '
-        'viewBox="0 0 {} {}">'
+        '<svg xmlns="http://www.w3.org/2000/svg" data-chart="{}" role="img" aria-label="{}" width="100%" '
+        'viewBox="0 0 {} {}" preserveAspectRatio="xMinYMin meet">'
         '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#888"></line>'
         '<text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>'
         '<text x="{}" y="{}" font-size="10" text-anchor="end">0</text>'
         '{}{}{}{}</svg></figure>',
-        title, name, title, WIDTH, HEIGHT + legend_h, WIDTH, HEIGHT + legend_h,
+        title, name, title, WIDTH, HEIGHT + legend_h,
         _LEFT, _TOP + plot_h, WIDTH - _RIGHT, _TOP + plot_h,
         _LEFT - 4, _TOP + 8, unit(peak if totals and max(totals) > 0 else 0),
         _LEFT - 4, _TOP + plot_h,

@@ -8,6 +8,7 @@ process's registry before and after. The same three under two daphne workers, re
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -114,3 +115,17 @@ def test_metrics_are_readable_from_allowed_addresses_or_with_the_token(
 def test_healthz_answers_without_login(client: Any) -> None:
     answer = client.get("/healthz")
     assert answer.status_code == 200 and answer.json() == {"status": "ok"}
+
+
+async def test_readyz_answers_ok_then_fails_once_the_worker_drains(hub: Any) -> None:
+    from django.test import AsyncClient
+
+    client = AsyncClient()
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200
+    assert json.loads(ready.content) == {"status": "ok", "checks": {"database": "ok", "channel_layer": "ok",
+                                                                    "drain": "ok"}}
+    await hub.drain(0.0)  # what SIGTERM starts under daphne
+    draining = await client.get("/readyz")
+    assert draining.status_code == 503 and json.loads(draining.content)["checks"]["drain"] == "draining"
+    assert (await client.get("/healthz")).status_code == 200  # alive all the same

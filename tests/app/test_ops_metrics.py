@@ -8,6 +8,7 @@ process's registry before and after. The same three under two daphne workers, re
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -121,8 +122,13 @@ async def test_readyz_answers_ok_then_fails_once_the_worker_drains(hub: Any) -> 
     from django.test import AsyncClient
 
     client = AsyncClient()
-    ready = await client.get("/readyz")
-    assert ready.status_code == 200
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    ready = await client.get("/readyz")  # starts the hub; with Redis, ready once the layer is joined
+    while ready.status_code != 200 and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200, ready.content
     assert json.loads(ready.content) == {"status": "ok", "checks": {"database": "ok", "channel_layer": "ok",
                                                                     "drain": "ok"}}
     await hub.drain(0.0)  # what SIGTERM starts under daphne

@@ -25,6 +25,7 @@ from jxai_app.web import authn
 
 from jxai_app.core import gateway
 
+from jxai_app.ops import observe
 from jxai_app.policy import ratelimit
 
 from jxai_app.core import ssrf
@@ -105,6 +106,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
         return problem_response(problem("internal-error", "The model configuration is unusable; see the server log."))
 
     async def finish(outcome: gateway.StreamOutcome) -> None:
+        observe.api_request_ended(upstream.model, outcome.usage, outcome.terminal)
         try:
             await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, model=upstream.model,
                                           failed=outcome.terminal == "error")

@@ -11,7 +11,6 @@ event it does not care about (every delta after the turn's first output): measur
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any, Callable, Mapping
 
@@ -20,7 +19,7 @@ from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import PROBLEM_BASE_URI, PROBLEM_TYPES
 from jxai_app.ops import jsonlog, metrics, tracing
 
-__all__ = ["TurnObserver", "problem_slug", "tool_label"]
+__all__ = ["TurnObserver", "api_request_ended", "problem_slug", "tool_label"]
 
 _OUTPUT = ("delta", "reasoning", "tool_call_start")
 """Events that are the turn's output (the first one stops the time-to-first-token clock)."""
@@ -35,15 +34,10 @@ def problem_slug(doc: Any) -> str:
     return slug if slug in PROBLEM_TYPES else "other"
 
 
-@functools.cache
-def _tool_names() -> frozenset[str]:
-    return frozenset(d.name for d in conf.get_tool_registry().list())
-
-
 def tool_label(name: str) -> str:
     """A tool's metric label: its registry name, ``other`` for one the registry does not
     have (a model may call any name: labels must stay bounded)."""
-    return name if name in _tool_names() else "other"
+    return name if conf.get_tool_registry().get_definition(name) is not None else "other"
 
 
 def _model(alias: str | None) -> tuple[str, str, str]:
@@ -55,6 +49,30 @@ def _model(alias: str | None) -> tuple[str, str, str]:
     except UnknownModelError:
         model = registry.resolve(None)
     return model.alias, model.model_id, model.provider
+
+
+def _count_tokens(model: str, usage: Mapping[str, Any] | None) -> tuple[int, int]:
+    inp = int((usage or {}).get("inputTokens", 0))
+    out = int((usage or {}).get("outputTokens", 0))
+    if inp:
+        metrics.TOKENS.labels(model, "input").inc(inp)
+    if out:
+        metrics.TOKENS.labels(model, "output").inc(out)
+    return inp, out
+
+
+def api_request_ended(model: str, usage: Mapping[str, Any] | None, terminal: str) -> None:
+    """One ``POST /ai/chat`` stream ended (docs/operations.md "Metrics"): its tokens, and the
+    provider request with status ``ok``, ``error`` or ``disconnected`` (the caller left). A
+    model the registry does not know (the caller's own provider) counts as model ``other``
+    of provider ``caller``."""
+    try:
+        config = conf.get_model_registry().get(model)
+        alias, provider = config.alias, config.provider
+    except UnknownModelError:
+        alias, provider = "other", "caller"
+    _count_tokens(alias, usage)
+    metrics.PROVIDER_REQUESTS.labels(provider, "ok" if terminal == "done" else terminal).inc()
 
 
 class TurnObserver:
@@ -103,12 +121,7 @@ class TurnObserver:
         tokens, the provider request by status, and the request's span."""
         end, self._round_end = self._round_end or {}, None
         stop_reason = str(end.get("stopReason") or "")
-        inp = int((usage or {}).get("inputTokens", 0))
-        out = int((usage or {}).get("outputTokens", 0))
-        if inp:
-            metrics.TOKENS.labels(self.model, "input").inc(inp)
-        if out:
-            metrics.TOKENS.labels(self.model, "output").inc(out)
+        inp, out = _count_tokens(self.model, usage)
         failure = (self._error_status or self._problem or "other") if stop_reason == "error" else None
         status = failure or ("cancelled" if stop_reason == "cancelled" else "ok")
         metrics.PROVIDER_REQUESTS.labels(self.provider, status).inc()

@@ -81,14 +81,12 @@ class TurnObserver:
     Args:
         model: the turn's model alias (``None``: the default).
         conversation_id, turn_id: the turn's ids (log context and span attributes only).
-        clock: monotonic seconds (tests and the bench may pass their own).
     """
 
-    def __init__(self, *, model: str | None, conversation_id: str, turn_id: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, model: str | None, conversation_id: str, turn_id: str) -> None:
         self.model, model_id, self.provider = _model(model)
         self.conversation_id, self.turn_id = conversation_id, turn_id
-        self._clock = clock
+        self._clock = time.monotonic
         self._started_at: float | None = None
         self._round_end: Mapping[str, Any] | None = None
         self._error_status = ""
@@ -117,8 +115,9 @@ class TurnObserver:
             handler(event)
 
     def round_usage(self, usage: Mapping[str, Any] | None, estimated: bool) -> None:
-        """The round that just ended counted ``usage`` (the saved shape; ``None``: nothing):
-        tokens, the provider request by status, and the request's span."""
+        """The round that just ended counted ``usage`` (the saved shape; ``None``: nothing;
+        ``estimated``: made up, the provider sent none): tokens, the provider request by
+        status, and the request's span."""
         end, self._round_end = self._round_end or {}, None
         stop_reason = str(end.get("stopReason") or "")
         inp, out = _count_tokens(self.model, usage)
@@ -128,7 +127,7 @@ class TurnObserver:
         self._error_status = ""
         if self._trace is not None:
             self._trace.request_ended(stop_reason=stop_reason, error_type=failure, message=end.get("message"),
-                                      input_tokens=inp, output_tokens=out)
+                                      input_tokens=inp, output_tokens=out, estimated=estimated)
 
     def close(self) -> None:
         """The task ended: whatever was not ended is now (idempotent)."""

@@ -104,15 +104,15 @@ class TurnTrace:
                                                             "jxai.round": round_number})
 
     def request_ended(self, *, stop_reason: str, error_type: str | None, message: Any, input_tokens: int,
-                      output_tokens: int) -> None:
+                      output_tokens: int, estimated: bool) -> None:
         """The request's stream ended and its usage is known (``error_type``: the status or
-        problem slug of a failure, else ``None``)."""
+        problem slug of a failure, else ``None``; ``estimated``: the tokens are jxai's estimate)."""
         span, self._request = self._request, None
         self._input_tokens += input_tokens
         self._output_tokens += output_tokens
         if span is None:
             return
-        span.set_attributes({"gen_ai.response.finish_reasons": [stop_reason],
+        span.set_attributes({"gen_ai.response.finish_reasons": [stop_reason], "jxai.usage.estimated": estimated,
                              "gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens})
         if error_type:
             span.set_attribute("error.type", error_type)

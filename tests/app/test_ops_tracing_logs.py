@@ -71,6 +71,7 @@ async def test_a_turn_is_a_span_with_a_child_per_model_request_and_tool_call(
         assert request.attributes["gen_ai.operation.name"] == "chat"
     assert [r.attributes["gen_ai.response.finish_reasons"] for r in requests] == [("tool_calls",), ("stop",)]
     assert [r.attributes["gen_ai.usage.input_tokens"] for r in requests] == [50, 70]
+    assert [r.attributes["jxai.usage.estimated"] for r in requests] == [False, False]
     tool = by_name["execute_tool calculate"]
     assert tool.parent.span_id == turn.context.span_id
     assert (tool.attributes["gen_ai.tool.name"], tool.attributes["gen_ai.tool.call.id"]) == ("calculate", "c1")

@@ -109,8 +109,8 @@ class MessageInline(admin.TabularInline):
     def calls(self, message: Message) -> str:
         return format_html_join(
             "", "<div><code>{}</code> <code>{}</code>({}) → {}</div>",
-            ((c.call_id, c.name, c.arguments, "pending" if c.finished_at is None else pretty_json(c.result))
-             for c in message.tool_calls.all()),
+            ((c.call_id, c.name, c.arguments, (c.approval_state or "pending") if c.finished_at is None
+              else pretty_json(c.result)) for c in message.tool_calls.all()),
         )
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -282,10 +282,10 @@ class ApiTokenAdmin(DeclaredFiltersOnly):
 class ToolPolicyAdmin(DeclaredFiltersOnly):
     """Per-tool policy, plus the page listing every registered tool."""
 
-    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
-    list_filter = ("enabled",)
+    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds", "requires_approval")
+    list_filter = ("enabled", "requires_approval")
     search_fields = ("tool_name",)
-    filter_horizontal = ("allowed_groups",)
+    filter_horizontal = ("allowed_groups", "approval_groups")
     change_list_template = "admin/jxai_app/toolpolicy/change_list.html"
 
     @admin.display(description="allowed groups")
@@ -316,7 +316,8 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
             rule = toolpolicy.rule_for(definition.name, rules)
             rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
                          "policy": policies.get(definition.name), "who": toolpolicy.who_may_use(definition.name, rules),
-                         "timeout": toolpolicy.effective_timeout(definition, rule)})
+                         "timeout": toolpolicy.effective_timeout(definition, rule),
+                         "approval": rule.describe_approval()})
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}

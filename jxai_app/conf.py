@@ -255,6 +255,12 @@ def get_turn_timing() -> TurnTiming:
                       drain=float(settings.JXAI_DRAIN_SECONDS))
 
 
+def approval_timeout() -> float:
+    """``JXAI_APPROVAL_TIMEOUT_SECONDS``: how long a tool call waits for the user's approval
+    before it expires (default 600; docs/approval.md "Expiry")."""
+    return float(settings.JXAI_APPROVAL_TIMEOUT_SECONDS)
+
+
 def cancel_on_disconnect() -> bool:
     """``JXAI_CANCEL_ON_DISCONNECT``: closing the last tab stops the turn (default off)."""
     return bool(settings.JXAI_CANCEL_ON_DISCONNECT)

@@ -8,6 +8,7 @@ recorder saves what the loop assembled when the round ends. Writes per turn::
     finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
     begin_round          1 INSERT of the next placeholder (rounds after tool results)
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
+    request_approval     1 UPDATE of a call that waits for the owner (then pause: 1 UPDATE)
     end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
 
 Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
@@ -25,7 +26,9 @@ from typing import Any, Mapping
 from django.db import transaction
 from django.utils import timezone
 
-from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.models import (
+    ApprovalState, Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall,
+)
 from jxai_app.policy import ratelimit
 from jxai_app.store.common import next_position, storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
@@ -52,7 +55,7 @@ class TurnRecorder:
         self.context_window = context_window
         self.message_id: int | None = turn.assistant_message_id
         """The round's assistant message (the placeholder while a round is open)."""
-        self.round_open = True
+        self.round_open = turn.assistant_message_id is not None
         self.lost = False
         """True once the rows showed the turn is no longer this recorder's."""
         self.ended = False
@@ -184,7 +187,25 @@ class TurnRecorder:
             return tool_result_insert(conversation_id=self.conversation_id, call_id=storable(call_id),
                                       content=storable(content), success=success, now=timezone.now())
 
+    def request_approval(self, call_id: str) -> bool:
+        """Mark a call of the round just saved as waiting for the owner's approval
+        (docs/approval.md "The turn pauses"): 1 UPDATE. Returns False when lost or ended."""
+        if self.ended:
+            return False
+        with transaction.atomic():
+            if not self._owns_turn():
+                return self._lose()
+            ToolCall.objects.filter(message_id=self.message_id, call_id=storable(call_id)).update(
+                approval_state=ApprovalState.AWAITING, approver=self.user, approval_requested_at=timezone.now())
+        return True
+
     # ------------------------------------------------------------------ the turn's end
+    def pause(self) -> bool:
+        """Pause the turn until its waiting calls are decided (docs/approval.md "The turn
+        pauses"): status ``awaiting_approval``, turn id and lease cleared (nothing renews or
+        recovers it), token count kept (1 UPDATE). Returns False when lost."""
+        return self._end(status=ConversationStatus.AWAITING_APPROVAL)
+
     def end_turn(self) -> bool:
         """End the turn normally: conversation idle, turn cleared, token count and context
         warning from the last request (1 UPDATE; a round still open is dropped as partial).

@@ -41,7 +41,8 @@ from django.utils import timezone
 
 from jxai_app import conf, store
 from jxai_app.core.agent import (
-    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
+    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent, ToolStartEvent,
+    TurnEndEvent, run_turn,
 )
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
@@ -174,7 +175,7 @@ class TurnRunner:
         """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
         from jxai_app.turns.hub import TurnState
 
-        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message.pk,
+        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.anchor_message_id,
                          last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self.ended)
 
     # ------------------------------------------------------------------ publishing
@@ -246,8 +247,9 @@ class TurnRunner:
     async def _main(self) -> None:
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
-            self._publish({"type": "message_saved", "conversationId": self._cid,
-                           "message": message_dict(self.turn.user_message)})
+            if self.turn.resumed_after is None:  # a resumed turn's messages are all saved already
+                self._publish({"type": "message_saved", "conversationId": self._cid,
+                               "message": message_dict(self.turn.user_message)})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()
@@ -267,7 +269,7 @@ class TurnRunner:
         client = AnswerCap(self._client_factory(), conf.get_limits().max_answer_chars)
         events = run_turn(client=client, tools=self._tools, history=self.turn.history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
-                          context_factory=self._context)
+                          context_factory=self._context, decided=self.turn.decisions)
         unyielded = 0
         async with aclosing(events) as stream:
             async for event in stream:
@@ -282,7 +284,7 @@ class TurnRunner:
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
-            if event.round > 1 and not recorder.lost:
+            if (event.round > 1 or not recorder.round_open) and not recorder.lost:  # a resumed turn opens round 1
                 if await self._save(recorder.begin_round):
                     self._message_id = recorder.message_id
                 self._lost()
@@ -308,6 +310,11 @@ class TurnRunner:
                 reply = await self._save(recorder.attach_tool_result, call_id=event.call_id,
                                          content=event.message.get("content", ""), success=event.success)
                 await self._publish_message(None if reply is None else reply.pk)
+                self._lost()
+        elif isinstance(event, ToolApprovalRequestEvent):
+            self._event(event.to_dict())
+            if not recorder.lost:
+                await self._save(recorder.request_approval, event.call_id)
                 self._lost()
         elif isinstance(event, TurnEndEvent):
             await self._end(event)
@@ -338,6 +345,9 @@ class TurnRunner:
                 await self._save(recorder.end_turn)
             elif outcome == "cancelled":
                 await self._save(recorder.cancel)
+            elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
+                if await self._save(recorder.pause):
+                    await self._publish_message(self._message_id)
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id

@@ -196,6 +196,7 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
     """
     hub = hub or get_hub()
     tools, model = await db_request(_resume_parts, user, turn)
+    logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
     return _launch(hub, user, turn, tools, model, origin)
 
 

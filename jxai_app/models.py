@@ -5,6 +5,7 @@ around them (API tokens, tool policies, limits, usage).
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
+    Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas
     UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
@@ -214,6 +215,24 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name or '?'}({self.call_id})"
+
+
+class Note(models.Model):
+    """A note a user keeps: what the built-in ``save_note`` tool writes, after the user approved
+    the call (docs/approval.md "The demonstration tool")."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_notes")
+    """Whose note (always the user the tool acted for)."""
+    text = models.TextField()
+    """The note."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was saved."""
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"note {self.pk} of user {self.owner_id}"
 
 
 API_TOKEN_PREFIX = "jxai_"

@@ -8,8 +8,8 @@ recorder saves what the loop assembled when the round ends. Writes per turn::
     finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
     begin_round          1 INSERT of the next placeholder (rounds after tool results)
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
-    request_approval     1 UPDATE of a call that waits for the owner (then pause: 1 UPDATE)
     end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
+    pause                1 UPDATE of the conversation + 1 UPDATE of the calls that wait for approval
 
 Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
 show the turn is no longer this recorder's (Stop handled by another worker, the
@@ -21,7 +21,7 @@ nothing and may be called again with the same arguments.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from django.db import transaction
 from django.utils import timezone
@@ -187,24 +187,14 @@ class TurnRecorder:
             return tool_result_insert(conversation_id=self.conversation_id, call_id=storable(call_id),
                                       content=storable(content), success=success, now=timezone.now())
 
-    def request_approval(self, call_id: str) -> bool:
-        """Mark a call of the round just saved as waiting for the owner's approval
-        (docs/approval.md "The turn pauses"): 1 UPDATE. Returns False when lost or ended."""
-        if self.ended:
-            return False
-        with transaction.atomic():
-            if not self._owns_turn():
-                return self._lose()
-            ToolCall.objects.filter(message_id=self.message_id, call_id=storable(call_id)).update(
-                approval_state=ApprovalState.AWAITING, approver=self.user, approval_requested_at=timezone.now())
-        return True
-
     # ------------------------------------------------------------------ the turn's end
-    def pause(self) -> bool:
+    def pause(self, call_ids: Sequence[str]) -> bool:
         """Pause the turn until its waiting calls are decided (docs/approval.md "The turn
-        pauses"): status ``awaiting_approval``, turn id and lease cleared (nothing renews or
-        recovers it), token count kept (1 UPDATE). Returns False when lost."""
-        return self._end(status=ConversationStatus.AWAITING_APPROVAL)
+        pauses"), in one transaction: the calls ``call_ids`` of the round just saved wait for
+        the owner (1 UPDATE), and the conversation is ``awaiting_approval`` with its turn id
+        and lease cleared (nothing renews or recovers it; the token count kept; 1 UPDATE).
+        Nobody can decide a call before the pause is saved. Returns False when lost."""
+        return self._end(status=ConversationStatus.AWAITING_APPROVAL, waiting=call_ids)
 
     def end_turn(self) -> bool:
         """End the turn normally: conversation idle, turn cleared, token count and context
@@ -223,7 +213,8 @@ class TurnRecorder:
         rounds kept, status ``idle``, error cleared. Returns False when lost."""
         return self._end(status=ConversationStatus.IDLE)
 
-    def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None) -> bool:
+    def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None,
+             waiting: Sequence[str] = ()) -> bool:
         if self.ended:
             return not self.lost
         changes: dict[str, Any] = {
@@ -239,6 +230,9 @@ class TurnRecorder:
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
             if not written:
                 transaction.set_rollback(True)
+            elif waiting:
+                ToolCall.objects.filter(message_id=self.message_id, call_id__in=[storable(c) for c in waiting]).update(
+                    approval_state=ApprovalState.AWAITING, approver=self.user, approval_requested_at=timezone.now())
         if not written:
             return self._lose()
         self.ended, self.round_open = True, False

@@ -31,7 +31,7 @@ from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
 from jxai_app.policy import ratelimit, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
-from jxai_app.store.dbsync import db_request
+from jxai_app.store.dbsync import db_request, db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
@@ -250,8 +250,13 @@ def _expire(timeout: float) -> list[tuple[store.Decided, Any, dict[str, Any] | N
 async def expire_approvals(hub: TurnHub) -> int:
     """Expire the calls that waited longer than ``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resume
     their turns on this worker (every worker's lease watch calls it once a second; the
-    conditional updates let one worker take each). Returns how many conversations changed."""
-    changed = await db_request(_expire, conf.approval_timeout())
+    conditional updates let one worker take each). Returns how many conversations changed.
+
+    Raises:
+        django.db.OperationalError, InterfaceError: the database is unreachable (the watch
+            waits a lease period of answers again before it judges leases).
+    """
+    changed = await db_thread_call(_expire)(conf.approval_timeout())  # the watch handles an unreachable database
     for decided, owner, frame in changed:
         if frame is not None:
             hub.notify(decided.conversation_id, frame)

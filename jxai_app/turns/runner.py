@@ -25,6 +25,12 @@ lease rule, which drops the partial message once the database answers again. Whe
 show the turn is no longer its own (Stop handled in the database, the conversation deleted,
 the turn recovered), the runner sets its own Stop signal and writes nothing more; its
 events still reach the sockets, ending with ``turn_end``.
+
+**Approval.** A turn whose round has calls waiting for the owner's approval ends
+``awaiting_approval``: the pause is saved first (the calls waiting, the conversation paused,
+no lease), then the round's ``message_saved`` (the card), the ``tool_approval_request``
+events and ``turn_end``. A turn resumed after the decision (``TurnStart.decisions``) answers
+them first and opens its own first round (docs/approval.md).
 """
 
 from __future__ import annotations
@@ -155,6 +161,8 @@ class TurnRunner:
         self._tally = _RoundTally(turn.history, system_prompt)
         self._call_started: dict[str, datetime] = {}
         self._error: ErrorEvent | None = None
+        self._waiting: list[ToolApprovalRequestEvent] = []
+        """The round's calls that wait for approval (docs/approval.md "The turn pauses")."""
         self._timing = conf.get_turn_timing()
         self._saving_told = False
 
@@ -311,11 +319,8 @@ class TurnRunner:
                                          content=event.message.get("content", ""), success=event.success)
                 await self._publish_message(None if reply is None else reply.pk)
                 self._lost()
-        elif isinstance(event, ToolApprovalRequestEvent):
-            self._event(event.to_dict())
-            if not recorder.lost:
-                await self._save(recorder.request_approval, event.call_id)
-                self._lost()
+        elif isinstance(event, ToolApprovalRequestEvent):  # published once the pause is saved (_end)
+            self._waiting.append(event)
         elif isinstance(event, TurnEndEvent):
             await self._end(event)
         elif isinstance(event, (DoneEvent, ErrorEvent)):
@@ -346,7 +351,7 @@ class TurnRunner:
             elif outcome == "cancelled":
                 await self._save(recorder.cancel)
             elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
-                if await self._save(recorder.pause):
+                if await self._save(recorder.pause, [e.call_id for e in self._waiting]):
                     await self._publish_message(self._message_id)
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
@@ -358,6 +363,8 @@ class TurnRunner:
             else:  # error, empty
                 text = event.message or "The model request failed."
                 await self._save(recorder.fail, text, self._failure_problem(text))
+        for waiting in self._waiting:  # after the pause is saved: a tab can decide at once
+            self._event(waiting.to_dict())
         wire = event.to_dict()
         wire.pop("appended", None)  # the saved messages travel as message_saved
         self._event(wire)

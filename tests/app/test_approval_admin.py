@@ -58,7 +58,7 @@ def test_a_decision_is_audited_in_the_transcript_and_the_export(user: Any, djang
     call = {"id": "call_n", "type": "function", "function": {"name": "save_note", "arguments": '{"text": "x"}'}}
     recorder.finish_round(message={"role": "assistant", "content": None, "tool_calls": [call]},
                           stop_reason="tool_calls", usage=None, estimated=False)
-    assert recorder.request_approval("call_n") and recorder.pause()
+    assert recorder.pause(["call_n"])
     decided = store.approval_decide(user=user, conversation_id=turn.conversation_id, call_id="call_n", approved=False,
                                     reason="<b>not now</b>", timeout=600)
     assert decided.resumed is not None  # the last waiting call: the turn is claimed for its resume

@@ -72,7 +72,7 @@ async def test_approve_from_a_tab_on_the_other_worker(user: Any, provider: FakeP
         await first.send(type="send", conversationId=cid, text="Probe across workers.")
         for tab in (first, second):
             await tab.until_event("tool_approval_request", callId="call_p")
-            await tab.until(card, what="the saved card")
+            await tab.wait_for(card, what="the saved card")  # sent just before the request event
             await tab.until(paused, what="the paused conversation")
         assert await state(cid) == ("awaiting_approval", "awaiting_approval")
         assert len(provider.requests) == 1

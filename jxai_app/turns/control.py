@@ -256,11 +256,13 @@ async def expire_approvals(hub: TurnHub) -> int:
         django.db.OperationalError, InterfaceError: the database is unreachable (the watch
             waits a lease period of answers again before it judges leases).
     """
+    if hub.draining:  # a resumed turn would have no worker to run on: the next worker's watch takes it
+        return 0
     changed = await db_thread_call(_expire)(conf.approval_timeout())  # the watch handles an unreachable database
     for decided, owner, frame in changed:
         if frame is not None:
             hub.notify(decided.conversation_id, frame)
-        if decided.resumed is not None and not hub.draining:
+        if decided.resumed is not None:
             await resume_turn(user=owner, turn=decided.resumed, hub=hub)
     return len(changed)
 

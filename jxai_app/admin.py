@@ -31,7 +31,7 @@ from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
 from jxai_app.policy import tokens, toolpolicy
-from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
+from jxai_app.models import ApiToken, Conversation, Message, Note, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
 
@@ -322,6 +322,31 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
                    "rows": rows, "error": error,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
+
+
+@admin.register(Note)
+class NoteAdmin(DeclaredFiltersOnly):
+    """Users' notes (what the approval demonstration tool ``save_note`` writes; docs/approval.md):
+    content, so only staff who may read conversations see them; read-only."""
+
+    list_display = ("owner", "created_at", "text")
+    list_filter = ("created_at",)
+    readonly_fields = ("owner", "text", "created_at")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_read_content(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_read_content(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(UserLimits)

@@ -76,3 +76,20 @@ def test_a_decision_is_audited_in_the_transcript_and_the_export(user: Any, djang
         "call_id": "call_n", "name": "save_note", "state": "denied", "approver": "alice", "decided_by": "alice",
         "reason": "<b>not now</b>"}
     assert audit["requested_at"] and audit["decided_at"]
+
+
+def test_notes_are_content_shown_read_only_to_readers_of_conversations(user: Any, django_user_model: Any) -> None:
+    from jxai_app.models import Note
+    from jxai_app.store.notes import note_save
+
+    saved = note_save(owner=user, text="<i>oat milk</i>")
+    assert Note.objects.get(pk=saved["id"]).owner == user and saved["text"] == "<i>oat milk</i>"
+    reader = _reader(django_user_model)
+    listing = reader.get(reverse("admin:jxai_app_note_changelist"))
+    assert listing.status_code == 200 and "&lt;i&gt;oat milk&lt;/i&gt;" in listing.content.decode()
+    outsider = django_user_model.objects.create_user("outsider", is_staff=True)
+    outsider.user_permissions.add(Permission.objects.get(codename="view_toolpolicy"))
+    client = Client()
+    client.force_login(outsider)
+    assert client.get(reverse("admin:jxai_app_note_changelist")).status_code == 403
+    assert reader.get(reverse("admin:jxai_app_note_add")).status_code == 403

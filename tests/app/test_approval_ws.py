@@ -91,6 +91,9 @@ async def test_the_turn_pauses_and_a_second_tab_approves_it(user: Any, tools: No
     await owner.send(type="send", conversationId=cid, text="Anything else?")
     refusal = await owner.until(lambda f: f["type"] == "error")
     assert refusal["code"] == "conflict" and refusal["problem"]["code"] == "approval_pending"
+    await owner.send(type="retry", conversationId=cid)
+    refusal = await owner.until(lambda f: f["type"] == "error")
+    assert refusal["request"] == "retry" and refusal["problem"]["code"] == "approval_pending"
     assert await Message.objects.filter(conversation_id=cid).acount() == before
 
     # A new tab (a reload) gets the pending card from the snapshot.

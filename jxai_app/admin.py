@@ -31,7 +31,7 @@ from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
 from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
-from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
+from jxai_app.models import ApiToken, Conversation, Message, Note, ToolPolicy, UsageLedger, UserLimits
 from jxai_app.store import conversations_export
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.web.charts import stacked_bars
@@ -110,8 +110,8 @@ class MessageInline(admin.TabularInline):
     def calls(self, message: Message) -> str:
         return format_html_join(
             "", "<div><code>{}</code> <code>{}</code>({}) → {}</div>",
-            ((c.call_id, c.name, c.arguments, "pending" if c.finished_at is None else pretty_json(c.result))
-             for c in message.tool_calls.all()),
+            ((c.call_id, c.name, c.arguments, (c.approval_state or "pending") if c.finished_at is None
+              else pretty_json(c.result)) for c in message.tool_calls.all()),
         )
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -283,10 +283,10 @@ class ApiTokenAdmin(DeclaredFiltersOnly):
 class ToolPolicyAdmin(DeclaredFiltersOnly):
     """Per-tool policy, plus the page listing every registered tool."""
 
-    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
-    list_filter = ("enabled",)
+    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds", "requires_approval")
+    list_filter = ("enabled", "requires_approval")
     search_fields = ("tool_name",)
-    filter_horizontal = ("allowed_groups",)
+    filter_horizontal = ("allowed_groups", "approval_groups")
     change_list_template = "admin/jxai_app/toolpolicy/change_list.html"
 
     @admin.display(description="allowed groups")
@@ -317,11 +317,37 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
             rule = toolpolicy.rule_for(definition.name, rules)
             rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
                          "policy": policies.get(definition.name), "who": toolpolicy.who_may_use(definition.name, rules),
-                         "timeout": toolpolicy.effective_timeout(definition, rule)})
+                         "timeout": toolpolicy.effective_timeout(definition, rule),
+                         "approval": rule.describe_approval()})
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
+
+
+@admin.register(Note)
+class NoteAdmin(DeclaredFiltersOnly):
+    """Users' notes (what the approval demonstration tool ``save_note`` writes; docs/approval.md):
+    content, so only staff who may read conversations see them; read-only."""
+
+    list_display = ("owner", "created_at", "text")
+    list_filter = ("created_at",)
+    readonly_fields = ("owner", "text", "created_at")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_read_content(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_read_content(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(UserLimits)

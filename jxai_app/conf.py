@@ -43,6 +43,9 @@ LOCAL_MODEL_ALIAS = "gemma-3-270m"
 LOCAL_CALCULATOR_ALIAS = "gemma-3-270m-calculator"
 """The local model with ``tool_choice`` forcing ``calculate`` on the request answering the user:
 the 270M base model never calls a tool unprompted (README, "The embedded local model")."""
+LOCAL_NOTES_ALIAS = "gemma-3-270m-notes"
+"""The local model forcing ``save_note``, a tool whose calls wait for the user's approval (its
+policy row, made by migration 0003): a newcomer sees an approval card (docs/approval.md)."""
 DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
 
 # Variables that configure a provider; with none of them set the local model is used.
@@ -108,6 +111,10 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         models[LOCAL_CALCULATOR_ALIAS] = {
             **local, "label": "Gemma 3 270M + calculator (local)",
             "tool_choice": {"type": "function", "function": {"name": "calculate"}},
+        }
+        models[LOCAL_NOTES_ALIAS] = {
+            **local, "label": "Gemma 3 270M + notes, with approval (local)",
+            "tool_choice": {"type": "function", "function": {"name": "save_note"}},
         }
     return {"providers": providers, "models": models, "roles": {"default": next(iter(models))}}
 
@@ -188,6 +195,14 @@ async def _search_conversations(owner: Any, query: str, limit: int) -> list[dict
     return await sync_to_async(_search_and_close, thread_sensitive=False)(owner, query, limit)
 
 
+async def _save_note(owner: Any, text: str) -> dict[str, Any]:
+    """``save_note``'s store (:func:`jxai_app.store.notes.note_save`), in the worker's database threads."""
+    from jxai_app.store.dbsync import db_thread_call
+    from jxai_app.store.notes import note_save  # Django layer, imported on first use
+
+    return dict(await db_thread_call(note_save)(owner=owner, text=text))
+
+
 @functools.cache
 def get_tool_registry() -> ToolRegistry:
     """The process-wide tool registry: the built-ins (with ``search_conversations`` bound to
@@ -197,7 +212,7 @@ def get_tool_registry() -> ToolRegistry:
     Raises:
         ConfigurationError: a tool module cannot be imported or has no ``register``.
     """
-    registry = default_registry(search=_search_conversations)
+    registry = default_registry(search=_search_conversations, save_note=_save_note)
     for dotted in settings.JXAI_TOOL_MODULES:
         try:
             module = importlib.import_module(dotted)
@@ -256,6 +271,12 @@ def get_turn_timing() -> TurnTiming:
     return TurnTiming(lease=float(settings.JXAI_TURN_LEASE_SECONDS),
                       store_retry=float(settings.JXAI_STORE_RETRY_SECONDS),
                       drain=float(settings.JXAI_DRAIN_SECONDS))
+
+
+def approval_timeout() -> float:
+    """``JXAI_APPROVAL_TIMEOUT_SECONDS``: how long a tool call waits for the user's approval
+    before it expires (default 600; docs/approval.md "Expiry")."""
+    return float(settings.JXAI_APPROVAL_TIMEOUT_SECONDS)
 
 
 def cancel_on_disconnect() -> bool:

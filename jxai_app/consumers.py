@@ -78,6 +78,8 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
     "rename": {"conversationId": (_STR, True), "title": (_STR, True)},
     "delete": {"conversationId": (_STR, True)},
     "list": {"before": (_OPT_STR, False)},
+    "approve": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
+    "deny": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
 }
 
 
@@ -265,6 +267,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             job = lambda: session.rename(cid, frame["title"])  # noqa: E731
         elif kind == "delete":
             job = lambda: session.delete(cid)  # noqa: E731
+        elif kind in ("approve", "deny"):
+            job = lambda: session.decide(cid, frame["callId"], kind == "approve", frame.get("reason") or "")  # noqa: E731
         else:
             job = lambda: session.list(frame.get("before"))  # noqa: E731
         session.submit(kind, cid, job)

@@ -5,6 +5,7 @@ around them (API tokens, tool policies, limits, usage).
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
+    Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas
     UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
@@ -32,6 +33,18 @@ class ConversationStatus(models.TextChoices):
     IDLE = "idle", "idle"
     STREAMING = "streaming", "streaming"
     ERROR = "error", "error"
+    AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+    """The turn is paused: a tool call waits for the owner's decision (docs/approval.md)."""
+
+
+class ApprovalState(models.TextChoices):
+    """Where a tool call that needs a person's approval stands (docs/approval.md "States")."""
+
+    NONE = "", "not needed"
+    AWAITING = "awaiting_approval", "awaiting approval"
+    APPROVED = "approved", "approved"
+    DENIED = "denied", "denied"
+    EXPIRED = "expired", "expired"
 
 
 class MessageRole(models.TextChoices):
@@ -64,9 +77,10 @@ class Conversation(models.Model):
     model = models.CharField(max_length=100, blank=True, default="")
     """Model alias (a key of the configured model registry), not a provider id."""
     status = models.CharField(
-        max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
+        max_length=20, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
     )
-    """idle / streaming (a turn runs) / error (the last turn failed; Retry offered)."""
+    """idle / streaming (a turn runs) / error (the last turn failed; Retry offered) /
+    awaiting_approval (the turn is paused until the owner decides a tool call; no lease)."""
     last_error = models.TextField(blank=True, default="")
     """Message of the last failed turn (docs/store.md "What error and Stop remove"), ``""`` when none; cleared by a new send."""
     last_problem = models.JSONField(null=True, blank=True)
@@ -175,16 +189,50 @@ class ToolCall(models.Model):
     """When ``tool_call_start`` arrived."""
     finished_at = models.DateTimeField(null=True, blank=True)
     """When the result was attached."""
+    approval_state = models.CharField(max_length=20, choices=ApprovalState.choices, blank=True, default="")
+    """``""`` (no approval needed), ``awaiting_approval``, ``approved``, ``denied``, ``expired``
+    (docs/approval.md "States")."""
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    """Who must decide: the conversation's owner when the call was paused."""
+    approval_requested_at = models.DateTimeField(null=True, blank=True)
+    """When the call started waiting (the expiry counts from here)."""
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    """Who decided (``None``: nobody yet, or the system: an expiry)."""
+    decided_at = models.DateTimeField(null=True, blank=True)
+    """When the decision was recorded."""
+    decision_reason = models.TextField(blank=True, default="")
+    """The reason given with the decision (a denial's reason reaches the model)."""
 
     class Meta:
         ordering = ["message", "position"]
         constraints = [
             models.UniqueConstraint(fields=["message", "position"], name="jxai_toolcall_position_unique"),
         ]
-        indexes = [models.Index(fields=["call_id"], name="jxai_toolcall_call_id")]
+        indexes = [models.Index(fields=["call_id"], name="jxai_toolcall_call_id"),
+                   models.Index(fields=["approval_state", "approval_requested_at"], name="jxai_toolcall_approval")]
 
     def __str__(self) -> str:
         return f"{self.name or '?'}({self.call_id})"
+
+
+class Note(models.Model):
+    """A note a user keeps: what the built-in ``save_note`` tool writes, after the user approved
+    the call (docs/approval.md "The demonstration tool")."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_notes")
+    """Whose note (always the user the tool acted for)."""
+    text = models.TextField()
+    """The note."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was saved."""
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"note {self.pk} of user {self.owner_id}"
 
 
 API_TOKEN_PREFIX = "jxai_"
@@ -271,6 +319,14 @@ class ToolPolicy(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.001)],
         help_text="Seconds one call may run before it fails; empty = the tool's own timeout.")
     """Execution timeout in seconds; ``None`` = the tool definition's own timeout."""
+    requires_approval = models.CharField(
+        max_length=8, choices=[("never", "never"), ("always", "always")], default="never",
+        help_text="always: the user approves each call before it runs (docs/approval.md).")
+    """``never`` or ``always``: whether each call waits for the user's approval."""
+    approval_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="jxai_tool_approvals",
+        help_text="With 'always': empty = every user approves each call; otherwise only members of these groups do.")
+    """With ``always``: the groups whose members must approve; empty = everyone."""
 
     class Meta:
         ordering = ["tool_name"]

@@ -261,6 +261,9 @@ JXAI_TURN_LEASE_SECONDS = float(os.environ.get("JXAI_TURN_LEASE_SECONDS", "6"))
 JXAI_STORE_RETRY_SECONDS = float(os.environ.get("JXAI_STORE_RETRY_SECONDS", "120"))
 JXAI_DRAIN_SECONDS = float(os.environ.get("JXAI_DRAIN_SECONDS", "30"))
 JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
+# Issue 16, tool approval (docs/approval.md): a call waiting for the user's approval longer
+# than this many seconds expires (the model reads that it was not run).
+JXAI_APPROVAL_TIMEOUT_SECONDS = float(os.environ.get("JXAI_APPROVAL_TIMEOUT_SECONDS", "600"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))

@@ -21,12 +21,15 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversations_export(conversations) -> list[dict]
     turns_recover(*, lease=6.0, everything=False, exclude=()) -> [Recovered]; strays_drop() -> int
     leases_renew(turn_ids) -> set of the turns still running
+    approval_decide(*, user, conversation_id, call_id, approved, reason, timeout) -> Decided
+    approvals_expire(*, timeout) -> [Decided]; approvals_stop(*, user, conversation_id) -> bool
 
 A running turn writes through a :class:`TurnRecorder` (a few writes per round; see its module).
 """
 
 from __future__ import annotations
 
+from jxai_app.store.approval import Decided, approval_decide, approvals_expire, approvals_stop
 from jxai_app.store.common import LEASE_SECONDS
 from jxai_app.store.conversation import (
     conversation_create,
@@ -55,7 +58,7 @@ from jxai_app.store.usage import (
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [
-    "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
+    "Decided", "approval_decide", "approvals_expire", "approvals_stop", "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed", "leases_renew",
     "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable, Protocol
 
 from django.db import transaction
@@ -31,8 +32,8 @@ from jxai_app.models import ConversationStatus
 from jxai_app.ops import metrics
 from jxai_app.policy import ratelimit, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
-from jxai_app.store.dbsync import db_request
-from jxai_app.store.serializers import conversation_dict
+from jxai_app.store.dbsync import db_request, db_thread_call
+from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
 from jxai_app.turns.recovery import snapshot_of
@@ -40,7 +41,7 @@ from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
     "Origin", "TurnInfo", "cancel_turn", "client_factory", "conversation_remove", "conversation_retitle",
-    "retry_turn", "start_turn", "tool_view",
+    "decide_approval", "expire_approvals", "resume_turn", "retry_turn", "start_turn", "tool_view",
 ]
 
 logger = logging.getLogger("jxai_app.turns")
@@ -66,13 +67,15 @@ class TurnInfo:
     runner: TurnRunner
 
 
-def tool_view(user: Any, model: ModelConfig) -> Any:
+def tool_view(user: Any, model: ModelConfig, prior_calls: Mapping[str, int] | None = None) -> Any:
     """The tools one turn of ``user`` on ``model`` offers (tools act as the user; docs/security.md).
 
     Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
-    per turn, since the view counts calls for the per-turn caps.
+    per turn, since the view counts calls for the per-turn caps (``prior_calls``: those a
+    resumed turn ran before it paused).
     """
-    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
+    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools,
+                                    prior_calls=prior_calls)
 
 
 def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
@@ -164,6 +167,12 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
     turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    return _launch(hub, user, turn, tools, model, origin)
+
+
+def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig,
+            origin: Origin | None) -> TurnInfo:
+    """Build the turn's runner and start its task (a send's, or a resumed one's)."""
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
                         system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
                         context_window=model.context_window)
@@ -174,10 +183,106 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
                     conversation=conversation_dict(turn.conversation), runner=runner)
 
 
+def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig]:
+    model = _model(turn.model, fallback=True)
+    return tool_view(user, model, turn.prior_calls), model
+
+
+async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None = None,
+                      hub: TurnHub | None = None) -> TurnInfo:
+    """Start the turn an approval decision resumed (docs/approval.md "Resuming") on this worker:
+    its decided calls are answered first (approved ones run as ``user``), then the loop goes on
+    from the saved history with a new lease. Not admitted again: it is the same turn.
+
+    Args:
+        user: the conversation's owner (the tools act as them).
+        turn: what :func:`jxai_app.store.approval_decide` or ``approvals_expire`` claimed.
+    """
+    hub = hub or get_hub()
+    tools, model = await db_request(_resume_parts, user, turn)
+    logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
+    return _launch(hub, user, turn, tools, model, origin)
+
+
+def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
+    message = store.message_by_id(message_id)
+    if message is None:
+        return None
+    return {"type": "message_saved", "conversationId": str(conversation_id), "message": message_dict(message)}
+
+
+def _decide(user: Any, conversation_id: Any, call_id: str, approved: bool,
+            reason: str) -> tuple[store.Decided, dict[str, Any] | None]:
+    decided = store.approval_decide(user=user, conversation_id=conversation_id, call_id=call_id, approved=approved,
+                                    reason=reason, timeout=conf.approval_timeout())
+    return decided, _message_frame(decided.conversation_id, decided.message_id)
+
+
+async def decide_approval(*, user: Any, conversation_id: uuid.UUID | str, call_id: str, approved: bool,
+                          reason: str = "", origin: Origin | None = None, hub: TurnHub | None = None
+                          ) -> TurnInfo | None:
+    """Approve or deny a waiting tool call (any tab, any worker; docs/approval.md "Deciding"):
+    the decision is saved (the first one wins), every tab of the conversation gets the call's
+    message again (``message_saved``: the card shows the decision), and when it was the
+    round's last waiting call the turn resumes here (``origin`` follows it).
+
+    Returns:
+        The resumed turn, or ``None`` while other calls of the round still wait.
+
+    Raises:
+        ProblemError: ``not-found`` (a foreign or missing conversation or call), ``conflict``
+            (decided already), ``service-unavailable`` (draining, or the database is down).
+    """
+    hub = hub or get_hub()
+    await hub.ensure_started()
+    if hub.draining:
+        raise problem_error("service-unavailable", "This server is shutting down; answer again to reach another one.",
+                            retry_after=1)
+    decided, frame = await db_request(_decide, user, conversation_id, call_id, approved, reason)
+    if frame is not None:
+        hub.notify(decided.conversation_id, frame)
+    if decided.resumed is None:
+        return None
+    return await resume_turn(user=user, turn=decided.resumed, origin=origin, hub=hub)
+
+
+def _expire(timeout: float) -> list[tuple[store.Decided, Any, dict[str, Any] | None]]:
+    return [(d, None if d.resumed is None else d.resumed.conversation.owner,
+             _message_frame(d.conversation_id, d.message_id)) for d in store.approvals_expire(timeout=timeout)]
+
+
+async def expire_approvals(hub: TurnHub) -> int:
+    """Expire the calls that waited longer than ``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resume
+    their turns on this worker (every worker's lease watch calls it once a second; the
+    conditional updates let one worker take each). Returns how many conversations changed.
+
+    Raises:
+        django.db.OperationalError, InterfaceError: the database is unreachable (the watch
+            waits a lease period of answers again before it judges leases).
+    """
+    if hub.draining:  # a resumed turn would have no worker to run on: the next worker's watch takes it
+        return 0
+    changed = await db_thread_call(_expire)(conf.approval_timeout())  # the watch handles an unreachable database
+    for decided, owner, frame in changed:
+        if frame is not None:
+            hub.notify(decided.conversation_id, frame)
+        if decided.resumed is not None:
+            await resume_turn(user=owner, turn=decided.resumed, hub=hub)
+    return len(changed)
+
+
 def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | None]:
     conversation = get_owned(user, conversation_id)
     running = conversation.turn_id if conversation.status == ConversationStatus.STREAMING else None
     return conversation.pk, None if running is None else str(running)
+
+
+def _stop_paused(user: Any, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """Stop a turn paused for approval (docs/approval.md "Stop"); its snapshot, or ``None``
+    when the conversation was not paused."""
+    if not store.approvals_stop(user=user, conversation_id=conversation_id):
+        return None
+    return snapshot_of(conversation_id)
 
 
 def _stop_unowned(user: Any, conversation_id: uuid.UUID) -> dict[str, Any] | None:
@@ -205,6 +310,9 @@ async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnH
     """
     hub = hub or get_hub()
     cid, running = await db_request(_running_turn, user, conversation_id)
+    if running is None and (paused := await db_request(_stop_paused, user, cid)) is not None:
+        _tell_stopped(hub, user, cid, paused)
+        return True
     runner = hub.runner(cid)
     if runner is not None and (running is None or runner.turn_id == running):
         runner.cancel()
@@ -215,9 +323,15 @@ async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnH
         return True
     frame = await db_request(_stop_unowned, user, cid)
     if frame is not None:
-        hub.notify(cid, frame)
-        hub.notify(cid, {"type": "conversation", "conversation": frame["conversation"]}, user_pk=user.pk)
+        _tell_stopped(hub, user, cid, frame)
     return True
+
+
+def _tell_stopped(hub: TurnHub, user: Any, conversation_id: uuid.UUID, snapshot: dict[str, Any]) -> None:
+    """A turn ended in the database: its followers get the ``snapshot``, the owner's sockets
+    the ``conversation``."""
+    hub.notify(conversation_id, snapshot)
+    hub.notify(conversation_id, {"type": "conversation", "conversation": snapshot["conversation"]}, user_pk=user.pk)
 
 
 def _retry_begin(user: Any, conversation_id: Any) -> str:

@@ -25,6 +25,12 @@ lease rule, which drops the partial message once the database answers again. Whe
 show the turn is no longer its own (Stop handled in the database, the conversation deleted,
 the turn recovered), the runner sets its own Stop signal and writes nothing more; its
 events still reach the sockets, ending with ``turn_end``.
+
+**Approval.** A turn whose round has calls waiting for the owner's approval ends
+``awaiting_approval``: the pause is saved first (the calls waiting, the conversation paused,
+no lease), then the round's ``message_saved`` (the card), the ``tool_approval_request``
+events and ``turn_end``. A turn resumed after the decision (``TurnStart.decisions``) answers
+them first and opens its own first round (docs/approval.md).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from django.utils import timezone
 
 from jxai_app import conf, store
 from jxai_app.core.agent import (
-    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
+    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent, ToolStartEvent,
+    TurnEndEvent, run_turn,
 )
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
@@ -156,6 +163,8 @@ class TurnRunner:
         self._tally = _RoundTally(turn.history, system_prompt)
         self._call_started: dict[str, datetime] = {}
         self._error: ErrorEvent | None = None
+        self._waiting: list[ToolApprovalRequestEvent] = []
+        """The round's calls that wait for approval (docs/approval.md "The turn pauses")."""
         self._timing = conf.get_turn_timing()
         self._saving_told = False
         self._observer = TurnObserver(model=turn.model, conversation_id=self._cid, turn_id=self.turn_id)
@@ -177,7 +186,7 @@ class TurnRunner:
         """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
         from jxai_app.turns.hub import TurnState
 
-        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message.pk,
+        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.anchor_message_id,
                          last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self.ended)
 
     # ------------------------------------------------------------------ publishing
@@ -252,8 +261,9 @@ class TurnRunner:
         self._observer.started()
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
-            self._publish({"type": "message_saved", "conversationId": self._cid,
-                           "message": message_dict(self.turn.user_message)})
+            if self.turn.resumed_after is None:  # a resumed turn's messages are all saved already
+                self._publish({"type": "message_saved", "conversationId": self._cid,
+                               "message": message_dict(self.turn.user_message)})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()
@@ -274,7 +284,7 @@ class TurnRunner:
         client = AnswerCap(self._client_factory(), conf.get_limits().max_answer_chars)
         events = run_turn(client=client, tools=self._tools, history=self.turn.history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
-                          context_factory=self._context)
+                          context_factory=self._context, decided=self.turn.decisions)
         unyielded = 0
         async with aclosing(events) as stream:
             async for event in stream:
@@ -289,7 +299,7 @@ class TurnRunner:
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
-            if event.round > 1 and not recorder.lost:
+            if (event.round > 1 or not recorder.round_open) and not recorder.lost:  # a resumed turn opens round 1
                 if await self._save(recorder.begin_round):
                     self._message_id = recorder.message_id
                 self._lost()
@@ -318,6 +328,8 @@ class TurnRunner:
                                          content=event.message.get("content", ""), success=event.success)
                 await self._publish_message(None if reply is None else reply.pk)
                 self._lost()
+        elif isinstance(event, ToolApprovalRequestEvent):  # published once the pause is saved (_end)
+            self._waiting.append(event)
         elif isinstance(event, TurnEndEvent):
             await self._end(event)
         elif isinstance(event, (DoneEvent, ErrorEvent)):
@@ -347,6 +359,9 @@ class TurnRunner:
                 await self._save(recorder.end_turn)
             elif outcome == "cancelled":
                 await self._save(recorder.cancel)
+            elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
+                if await self._save(recorder.pause, [e.call_id for e in self._waiting]):
+                    await self._publish_message(self._message_id)
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id
@@ -357,6 +372,8 @@ class TurnRunner:
             else:  # error, empty
                 text = event.message or "The model request failed."
                 await self._save(recorder.fail, text, self._failure_problem(text))
+        for waiting in self._waiting:  # after the pause is saved: a tab can decide at once
+            self._event(waiting.to_dict())
         wire = event.to_dict()
         wire.pop("appended", None)  # the saved messages travel as message_saved
         self._event(wire)

@@ -452,6 +452,15 @@ class Session:
         await asyncio.shield(control.retry_turn(user=self.user, conversation_id=conversation_id, origin=self,
                                                 hub=self.hub))
 
+    async def decide(self, conversation_id: str, call_id: str, approved: bool, reason: str) -> None:
+        """``approve`` / ``deny``: decide a waiting tool call (docs/approval.md); every tab gets
+        the call's ``message_saved``, and the resumed turn's frames follow on this socket."""
+        limit = conf.get_limits().max_message_chars
+        if len(reason) > limit:
+            raise ProblemError(problem("payload-too-large", f"The reason is longer than {limit} characters."))
+        await asyncio.shield(control.decide_approval(user=self.user, conversation_id=conversation_id, call_id=call_id,
+                                                     approved=approved, reason=reason, origin=self, hub=self.hub))
+
     async def rename(self, conversation_id: str, title: str) -> None:
         """``rename``: every tab gets a ``conversation`` frame."""
         await control.conversation_retitle(user=self.user, conversation_id=conversation_id, title=title, hub=self.hub)

@@ -8,6 +8,8 @@ The last message decides:
   (``6 * 7``) after a line of text;
 * a user message starting with a tag:
 
+  ``[note]``   one ``save_note`` call whose text is the rest of the message (a tool whose
+               calls wait for the user's approval, docs/approval.md);
   ``[slow]``   300 words, 60 ms apart (about 18 s; for Stop, a second tab, screenshots);
   ``[fail]``   ``503`` until :meth:`ScriptedModel.heal` is called for that exact text;
   ``[xss]``    the answer of :data:`XSS_ANSWER` (the leak URL filled in);
@@ -23,6 +25,7 @@ Every answer ends with a ``usage`` chunk so the page has a token count to show.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -100,6 +103,10 @@ class ScriptedModel:
         if "calculator" in text.lower():
             return Script(writes=openai_tool_call_stream("call_calc_1", "calculate", ['{"expression"', ': "6 * 7"}'],
                                                          text=["Let me work that out."], usage=USAGE), delay=0.05)
+        if text.startswith("[note]"):
+            note = json.dumps({"text": text[len("[note]"):].strip()})
+            return Script(writes=openai_tool_call_stream("call_note_1", "save_note", [note[:10], note[10:]],
+                                                         usage=USAGE), delay=0.02)
         if text.startswith("[slow]"):
             words = [f"word{i} " for i in range(SLOW_WORDS)]
             return Script(writes=openai_text_stream(words, usage=USAGE), delay=SLOW_DELAY)

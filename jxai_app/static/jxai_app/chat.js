@@ -9,6 +9,7 @@
 import { ConversationList } from "./conversations.js";
 import { Header } from "./header.js";
 import { Connection, TurnSequencer } from "./socket.js";
+import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
@@ -37,6 +38,7 @@ const state = {
 const transcript = new Transcript(ui.transcript, ui.empty, {
   onTurnError: (message) => showError(message, { retry: true }),
   onTurnEnd: (event) => turnEnded(event),
+  onDecide: (callId, approved, reason) => decide(callId, approved, reason),
 });
 
 const sequencer = new TurnSequencer({
@@ -161,7 +163,8 @@ function turnEnded(event) {
   if (outcome === "error" && ui.error.hidden) showError(event.message || "The model failed to answer.", { retry: true });
   sequencer.finish();
   setStreaming(false);
-  announce(outcome === "complete" || outcome === "cap_partial" ? "Answer complete." : event.message || "");
+  if (outcome === "awaiting_approval") announce("A tool call waits for your approval.");
+  else announce(outcome === "complete" || outcome === "cap_partial" ? "Answer complete." : event.message || "");
 }
 
 function announce(text) {
@@ -209,7 +212,7 @@ function setStreaming(on) {
     state.stopping = false;
     state.turnPending = false;
   }
-  ui.stop.hidden = !on;
+  ui.stop.hidden = !on && currentStatus() !== "awaiting_approval"; // Stop also ends a paused turn
   ui.stop.disabled = state.stopping;
   ui.stop.textContent = state.stopping ? "Stopping…" : "Stop";
   ui.send.hidden = on;
@@ -237,10 +240,21 @@ function sendMessage() {
 }
 
 function stopTurn() {
-  if (!state.streaming || !state.currentId) return;
+  if ((!state.streaming && currentStatus() !== "awaiting_approval") || !state.currentId) return;
   state.stopping = true;
   setStreaming(true);
   connection.send({ type: "cancel", conversationId: state.currentId });
+}
+
+/** Approve or deny a waiting tool call (docs/websocket.md `approve` / `deny`). */
+function decide(callId, approved, reason) {
+  const frame = { type: approved ? "approve" : "deny", conversationId: state.currentId, callId };
+  if (reason) frame.reason = reason;
+  if (!connection.send(frame)) {
+    showError("Not connected to the server; answer again in a moment.", { retry: false });
+    const card = transcript.findCard(callId);
+    if (card) reopenCardApproval(card);
+  }
 }
 
 function retryTurn() {
@@ -271,6 +285,8 @@ function handleErrorFrame(frame) {
     state.turnPending = false;
     setStreaming(false);
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
+  } else if ((frame.request === "approve" || frame.request === "deny") && state.currentId) {
+    connection.send({ type: "subscribe", conversationId: state.currentId }); // e.g. decided in another tab
   } else if (frame.request === "subscribe" && frame.conversationId === state.currentId) {
     startNewChat();
   } else if (frame.request === "list") {

@@ -142,6 +142,7 @@ export class ConversationList {
       link.dataset.conversationId = conversation.id;
       link.append(el("span", "conversation-link-title", conversation.title || "Untitled"));
       if (conversation.status === "streaming") link.append(el("span", "badge", "answering"));
+      else if (conversation.status === "awaiting_approval") link.append(el("span", "badge", "needs your approval"));
       if (conversation.id === currentId) link.setAttribute("aria-current", "page");
       const li = el("li");
       li.append(link);

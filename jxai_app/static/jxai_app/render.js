@@ -166,6 +166,8 @@ const CARD_STATES = {
   running: "running…",
   success: "succeeded",
   failure: "failed",
+  approval: "waiting for your approval",
+  approved: "approved, running…",
 };
 
 /** A tool call card: name, arguments, result, state. */
@@ -222,8 +224,53 @@ export function setCardResult(card, result, success) {
   setCardState(card, success === false ? "failure" : "success");
 }
 
-/** Fill an assistant element from a saved `message` object (ws-protocol.md). */
-export function fillAssistant(node, message) {
+/**
+ * A call that waits for the user's approval (docs/approval.md): the card shows its arguments
+ * unfolded, an optional reason and the Approve / Deny buttons, which call
+ * `onDecide(callId, approved, reason)`. Any other `approval` (decided, or none) removes the box:
+ * the card is an ordinary tool card again; a decision shows who decided until the result comes.
+ * @param {{state: string, decidedBy: ?string, reason: string}|null} approval
+ */
+export function setCardApproval(card, approval, onDecide) {
+  let box = card.querySelector(":scope > .tool-approval");
+  const waiting = approval && approval.state === "awaiting_approval";
+  if (!waiting) {
+    if (box) box.remove();
+    if (approval && approval.state === "approved" && card.dataset.state === "approval") setCardState(card, "approved");
+    return;
+  }
+  card.querySelector(".tool-args").open = true;
+  if (card.dataset.state !== "approval") setCardState(card, "approval");
+  if (box) return;
+  box = el("form", "tool-approval", null, "approval-card");
+  const reason = el("input", "tool-approval-reason", null, "approval-reason");
+  reason.type = "text";
+  reason.placeholder = "Reason (optional, sent with a denial)";
+  reason.setAttribute("aria-label", "Reason for your decision");
+  const approve = el("button", "button primary", "Approve", "approve");
+  approve.type = "submit";
+  const deny = el("button", "button danger", "Deny", "deny");
+  deny.type = "button";
+  const decide = (approved) => {
+    approve.disabled = deny.disabled = true;
+    onDecide(card.dataset.callId, approved, reason.value.trim());
+  };
+  box.addEventListener("submit", (event) => {
+    event.preventDefault();
+    decide(true);
+  });
+  deny.addEventListener("click", () => decide(false));
+  box.append(el("p", "tool-approval-text", "This tool needs your approval before it runs."), reason, approve, deny);
+  card.append(box);
+}
+
+/** Enable a card's Approve / Deny again (the decision was refused, e.g. not connected). */
+export function reopenCardApproval(card) {
+  for (const button of card.querySelectorAll(":scope > .tool-approval button")) button.disabled = false;
+}
+
+/** Fill an assistant element from a saved `message` object (ws-protocol.md); `onDecide` answers approval cards. */
+export function fillAssistant(node, message, onDecide) {
   const { body, calls } = partsOf(node);
   setReasoning(node, message.reasoning || "", false);
   renderMarkdown(body, message.content || "");
@@ -236,6 +283,7 @@ export function fillAssistant(node, message) {
     }
     setCardName(card, call.name);
     setCardArguments(card, call.arguments || "", true);
+    setCardApproval(card, call.approval, onDecide);
     if (call.result !== null && call.result !== undefined) setCardResult(card, call.result, call.success);
     else if (card.dataset.state === "streaming") setCardState(card, "pending");
   }

@@ -264,3 +264,10 @@ JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))
+# Issue 15 (the page a daily user keeps using): the longest custom instructions a user may
+# save (added to the system prompt of each new turn), the longest feedback comment, and the
+# most results the page's search returns (docs/store.md "Custom instructions", "Feedback",
+# "Search").
+JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS = int(os.environ.get("JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS", "4000"))
+JXAI_FEEDBACK_COMMENT_MAX_CHARS = int(os.environ.get("JXAI_FEEDBACK_COMMENT_MAX_CHARS", "2000"))
+JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))

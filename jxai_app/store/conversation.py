@@ -102,14 +102,14 @@ def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
 def message_list(*, user: Any, conversation_id: uuid.UUID | str) -> tuple[Conversation, list[Message]]:
     """A conversation ``user`` owns with its messages in position order, calls prefetched in
     call order. A running turn's placeholder is included (status ``streaming``, empty: its
-    text lives in the runner until the round ends).
+    text lives in the runner until the round ends). Each message's feedback is selected with it.
 
     Raises:
         ProblemError: ``not-found`` for a missing, malformed or foreign id.
     """
     conversation = conversation_get(user=user, conversation_id=conversation_id)
     messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
-    return conversation, list(messages)
+    return conversation, list(messages.select_related("feedback"))
 
 
 def conversation_rename(*, user: Any, conversation_id: uuid.UUID | str, title: str) -> Conversation:

@@ -64,7 +64,7 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "jxai_app.admin_site.JxaiAdminConfig",  # django.contrib.admin with the registered-tools entry (issue 15)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

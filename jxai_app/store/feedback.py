@@ -33,6 +33,20 @@ def feedback_of(message: Message) -> MessageFeedback | None:
         return None
 
 
+def feedback_export(conversation: Any) -> list[dict[str, Any]]:
+    """The conversation's feedback for admin's export, in transcript order::
+
+        [{"position": int, "answer": str (the rated message's text), "rating": "up" | "down",
+          "comment": str, "updated_at": ISO 8601}]
+    """
+    rows = MessageFeedback.objects.filter(message__conversation=conversation).select_related("message")
+    return [
+        {"position": f.message.position, "answer": f.message.content, "rating": f.rating, "comment": f.comment,
+         "updated_at": f.updated_at.isoformat()}
+        for f in rows.order_by("message__position")
+    ]
+
+
 @transaction.atomic
 def feedback_set(*, user: Any, message_id: Any, rating: str | None,
                  comment: str = "") -> tuple[uuid.UUID, dict[str, Any] | None]:

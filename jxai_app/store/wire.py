@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from django.db.models import Prefetch
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.feedback import feedback_export
 
 
 def with_tool_calls(messages: Any) -> Any:
@@ -78,7 +79,8 @@ def to_messages(conversation: Conversation) -> list[dict[str, Any]]:
 
 def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:
     """Export documents for admin: ``[{"id", "title", "owner", "model", "created_at",
-    "updated_at", "messages": <wire list>}]`` in the given order."""
+    "updated_at", "messages": <wire list>, "feedback": <the owner's ratings>}]`` in the given
+    order (``feedback``: :func:`jxai_app.store.feedback.feedback_export`)."""
     return [
         {
             "id": str(conversation.pk),
@@ -88,6 +90,7 @@ def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str
             "created_at": conversation.created_at.isoformat(),
             "updated_at": conversation.updated_at.isoformat(),
             "messages": to_messages(conversation),
+            "feedback": feedback_export(conversation),
         }
         for conversation in conversations
     ]

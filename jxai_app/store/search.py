@@ -107,9 +107,11 @@ def conversation_search(*, owner: Any, query: str, limit: int = 5) -> list[dict[
 
 
 def message_search(*, owner: Any, query: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The page's search box: ``owner``'s conversations whose title matches ``query``, then
-    their messages whose text matches, each a result of its own that links to the message
-    (see the module docstring for the match). Never looks at anyone else's conversations.
+    """The page's search box: ``owner``'s messages whose text matches ``query``, each a result
+    of its own that links to the message, and before them the conversations whose title
+    matches and none of whose messages do (a title made from the first message would repeat
+    that message's result). See the module docstring for the match. Never looks at anyone
+    else's conversations.
 
     Args:
         owner: the requesting user (anonymous → no results).
@@ -135,7 +137,8 @@ def message_search(*, owner: Any, query: str, limit: int = 20) -> list[dict[str,
     results = [
         {"conversationId": str(c.pk), "title": c.title, "messageId": None, "role": None,
          "snippet": _snippet(c.title, text), "updatedAt": c.updated_at.isoformat()}
-        for c in _title_hits(owner, text).order_by("-rank", "-updated_at")[:count]
+        for c in (_title_hits(owner, text).exclude(pk__in=_message_hits(owner, text).values("conversation_id"))
+                  .order_by("-rank", "-updated_at")[:count])
     ]
     hits = _message_hits(owner, text).select_related("conversation").order_by("-rank", "-created_at", "-pk")[:count]
     results += [

@@ -94,8 +94,8 @@ def test_search_finds_an_own_message_by_a_word_and_the_list_is_grouped_by_date(o
     page = tab.page
     groups = page.get_by_test_id("date-group")
     expect(groups).to_have_count(4)
-    labels = groups.all_inner_texts()
-    assert [label.lower() for label in labels[:3]] == ["today", "yesterday", "previous 7 days"]
+    labels = groups.all_text_contents()
+    assert labels[:3] == ["Today", "Yesterday", "Previous 7 days"]
     assert labels[3] == page.evaluate("""() => new Intl.DateTimeFormat(undefined, {month: 'long', year: 'numeric'})
                                          .format(new Date(Date.now() - 70 * 86400000))""")
 
@@ -104,7 +104,7 @@ def test_search_finds_an_own_message_by_a_word_and_the_list_is_grouped_by_date(o
     expect(results).to_have_count(1)                               # bob's glacier is not hers
     assert "Swiss trip" in results.first.inner_text() and "Glacier Express" in results.first.inner_text()
     assert not page.get_by_test_id("conversation-link").first.is_visible()   # results take the list's place
-    page.screenshot(path=str(DOCS / "screenshot-search.png"))
+    assert results.first.locator("mark").all_text_contents() == ["Glacier"]
 
     answer_id = Message.objects.get(conversation=trip, role="assistant").pk
     assert results.first.get_attribute("href") == f"/c/{trip.pk}#message-{answer_id}"
@@ -112,11 +112,12 @@ def test_search_finds_an_own_message_by_a_word_and_the_list_is_grouped_by_date(o
     page.wait_for_url(f"**/c/{trip.pk}#message-{answer_id}")
     found = page.locator(f".message.found[data-message-id='{answer_id}']")
     expect(found).to_be_visible()
+    page.screenshot(path=str(DOCS / "screenshot-search.png"))
     reload(tab)                                                    # the address alone shows the message
     expect(page.locator(f".message.found[data-message-id='{answer_id}']")).to_be_visible()
 
     page.get_by_test_id("search").fill("zermatt")
-    expect(results).to_have_count(3)                               # two questions and one answer, all hers
+    expect(results).to_have_count(4)                               # two questions, two answers, all hers
     page.get_by_test_id("search").press("Escape")
     expect(results).to_have_count(0)
     expect(page.get_by_test_id("conversation-link")).to_have_count(4)

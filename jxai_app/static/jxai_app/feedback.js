@@ -9,8 +9,9 @@ import { actionButton } from "./code.js";
 
 /** The controls of one assistant message: thumbs up, thumbs down, the comment form. */
 export function feedbackControls() {
-  const up = actionButton("👍", "feedback-up", "Good answer");
-  const down = actionButton("👎", "feedback-down", "Bad answer");
+  // Words, not emoji: they read the same in every font (headless and minimal systems have no emoji font).
+  const up = actionButton("Good", "feedback-up", "Good answer");
+  const down = actionButton("Bad", "feedback-down", "Bad answer");
   for (const button of [up, down]) {
     button.classList.add("feedback");
     button.setAttribute("aria-pressed", "false");

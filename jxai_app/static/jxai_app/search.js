@@ -17,6 +17,23 @@ export function messageFromHash(hash) {
   return match ? Number(match[1]) : null;
 }
 
+/** `text` as nodes, the query's words marked (<mark>; a stemmed match is not marked); Markdown
+ * emphasis markers left out. */
+function withMarks(text, query) {
+  const plain = String(text || "").replace(/\*\*|__|`/g, "");
+  const words = query.split(/\s+/).map((word) => word.replace(/^[-"]+|"+$/g, "")).filter(Boolean)
+    .map((word) => word.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  if (!words.length) return [document.createTextNode(plain)];
+  const nodes = [];
+  let last = 0;
+  for (const match of plain.matchAll(new RegExp(words.join("|"), "gi"))) {
+    nodes.push(document.createTextNode(plain.slice(last, match.index)), el("mark", "", match[0]));
+    last = match.index + match[0].length;
+  }
+  nodes.push(document.createTextNode(plain.slice(last)));
+  return nodes;
+}
+
 /**
  * Options: request(frame) sends a frame (false when not connected); onPick(conversationId,
  * messageId | null) opens a result.
@@ -86,8 +103,10 @@ export class SearchBox {
       link.href = item.messageId == null ? `/c/${item.conversationId}` : `/c/${item.conversationId}#message-${item.messageId}`;
       link.dataset.conversationId = item.conversationId;
       if (item.messageId != null) link.dataset.messageId = String(item.messageId);
-      link.append(el("span", "search-result-title", item.title || "Untitled"),
-        el("span", "search-result-snippet", item.messageId == null ? "title" : item.snippet));
+      const snippet = el("span", "search-result-snippet");
+      snippet.append(...(item.messageId == null ? [document.createTextNode("matches the title")]
+        : withMarks(item.snippet, frame.query)));
+      link.append(el("span", "search-result-title", item.title || "Untitled"), snippet);
       const li = el("li");
       li.append(link);
       return li;

@@ -98,8 +98,7 @@ class MessageInline(admin.TabularInline):
     show_change_link = False
     ordering = ("position",)
     classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
-    fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
-              "calls", "stop_reason", "usage", "feedback", "created_at")
+    fields = ("position", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
     readonly_fields = fields
     PAGE_SIZE = 25
     """Messages shown per page of the inline (a conversation with hundreds stays usable;
@@ -111,8 +110,25 @@ class MessageInline(admin.TabularInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         return with_tool_calls(super().get_queryset(request)).select_related("feedback")
 
+    @admin.display(description="details")
+    def details(self, message: Message) -> str:
+        """Status (when not complete), the call it answers, stop reason, usage and time, one a
+        line: one column instead of five keeps the message text wide (static/jxai_app/admin.css)."""
+        usage = message.usage if isinstance(message.usage, dict) else None
+        lines = [
+            message.status if message.status != "complete" else "",
+            f"answers {message.tool_call_id}" if message.tool_call_id else "",
+            f"stop: {message.stop_reason}" if message.stop_reason else "",
+            (f"{usage.get('inputTokens')} in / {usage.get('outputTokens')} out"
+             + (" (estimated)" if usage.get("estimated") else "")) if usage else "",
+            timezone.localtime(message.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+        ]
+        return format_html_join("", "<div>{}</div>", ((line,) for line in lines if line))
+
     @admin.display(description="feedback")
-    def feedback(self, message: Message) -> str:
+    def feedback_given(self, message: Message) -> str:
+        """The owner's rating and comment (a method of its own name: ``feedback`` is the
+        message's reverse relation, which admin would print as is)."""
         given = feedback_of(message)
         if given is None:
             return ""

@@ -16,7 +16,7 @@ from django.db import transaction
 from jxai_app import conf
 from jxai_app.core.problems import problem_error
 from jxai_app.models import FeedbackRating, Message, MessageFeedback, MessageRole, MessageStatus
-from jxai_app.store.common import invalid, owned, storable
+from jxai_app.store.common import bounded_text, invalid, owned
 
 
 def feedback_dict(feedback: MessageFeedback | None) -> dict[str, Any] | None:
@@ -69,12 +69,7 @@ def feedback_set(*, user: Any, message_id: Any, rating: str | None,
     """
     if rating is not None and rating not in FeedbackRating.values:
         raise invalid("'feedback': 'rating' must be \"up\", \"down\" or null.")
-    if not isinstance(comment, str):
-        raise invalid("'feedback': 'comment' must be a string.")
-    comment = storable(comment.strip())
-    limit = conf.get_page_limits().feedback_comment_max_chars
-    if len(comment) > limit:
-        raise invalid(f"The comment is longer than {limit} characters.")
+    comment = bounded_text(comment, what="A feedback comment", limit=conf.get_page_limits().feedback_comment_max_chars)
     if not isinstance(message_id, int) or isinstance(message_id, bool):
         raise problem_error("not-found", "Message not found.")
     message = (Message.objects.select_for_update()

@@ -7,7 +7,7 @@ from typing import Any
 
 from jxai_app import conf
 from jxai_app.models import UserSettings
-from jxai_app.store.common import invalid, storable
+from jxai_app.store.common import bounded_text, invalid
 
 INSTRUCTIONS_HEADING = "The user's custom instructions (follow them unless they conflict with the above):"
 """The line between the deployment's system prompt and the user's text."""
@@ -30,12 +30,7 @@ def instructions_set(*, user: Any, text: str) -> str:
     """
     if user is None or not getattr(user, "is_authenticated", False):
         raise invalid("Custom instructions need a logged-in user.")
-    if not isinstance(text, str):
-        raise invalid("'instructions': 'text' must be a string.")
-    text = storable(text.strip())
-    limit = conf.get_page_limits().custom_instructions_max_chars
-    if len(text) > limit:
-        raise invalid(f"Custom instructions may be at most {limit} characters (these are {len(text)}).")
+    text = bounded_text(text, what="Custom instructions", limit=conf.get_page_limits().custom_instructions_max_chars)
     UserSettings.objects.update_or_create(user_id=user.pk, defaults={"custom_instructions": text})
     return text
 

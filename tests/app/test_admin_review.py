@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
@@ -16,19 +15,14 @@ from jxai_app import store
 from jxai_app.models import Conversation, Message
 from tests.app.conftest import FakeClock
 from tests.app.store_support import TurnFeed
+from tests.app.test_admin import CHANGELIST, _client, _listed
+from tests.app.test_admin import _staff as staff
 
 pytestmark = pytest.mark.django_db
 
-CHANGELIST = "admin:jxai_app_conversation_changelist"
-
 
 def _staff(django_user_model: Any, name: str, *perms: str) -> Client:
-    user = django_user_model.objects.create_user(name, is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="jxai_app"))
-    client = Client()
-    client.force_login(user)
-    return client
+    return _client(staff(django_user_model, name, *perms))
 
 
 def _answered(user: Any, question: str, answer: str) -> tuple[Conversation, int]:
@@ -37,10 +31,6 @@ def _answered(user: Any, question: str, answer: str) -> tuple[Conversation, int]
     recorder.add_delta(answer)
     recorder.finish_round(stop_reason="stop", last=True)
     return conversation, Message.objects.get(conversation=conversation, role="assistant").pk
-
-
-def _listed(response: Any) -> set[str]:
-    return {str(c.pk) for c in response.context["cl"].result_list}
 
 
 def test_the_registered_tools_page_is_an_entry_of_its_own_on_the_admin_index(django_user_model: Any) -> None:

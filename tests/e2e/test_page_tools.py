@@ -145,6 +145,7 @@ def test_custom_instructions_are_saved_in_the_dialog_and_reach_the_model(logged_
     reload(tab)                                                    # the dialog reads what was saved
     page.get_by_test_id("open-settings").click()
     expect(page.get_by_test_id("custom-instructions")).to_have_value("Call me Captain. Answer in one line.")
+    assert page.get_by_test_id("custom-instructions").get_attribute("maxlength") == "4000"
     assert_clean(tab)
 
 
@@ -162,6 +163,8 @@ def test_a_thumbs_down_with_a_comment_is_visible_in_admin(open_page: Any, make_u
     answer.get_by_test_id("feedback-comment").fill("The list is not what I asked for.")
     answer.get_by_test_id("feedback-send").click()
     expect(answer.get_by_test_id("feedback-comment")).not_to_be_visible()
+    expect(answer).to_have_attribute("data-feedback-comment", "The list is not what I asked for.")
+    expect(answer.get_by_test_id("feedback-saved")).to_have_text("Feedback saved.")   # the server's answer
     reload(tab)                                                    # saved on the server
     expect(page.get_by_test_id("message-assistant").first.get_by_test_id("feedback-down")).to_have_attribute(
         "aria-pressed", "true")

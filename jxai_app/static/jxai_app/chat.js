@@ -28,7 +28,7 @@ const ui = {
   search: $("search"), searchResults: $("search-results"), nav: $("conversation-nav"),
   settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
     text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
-    cancel: $("settings-cancel") },
+    cancel: $("settings-cancel"), save: $("settings-save") },
 };
 
 const state = {
@@ -151,7 +151,7 @@ function handleFrame(frame) {
     case "feedback":
       if (frame.conversationId === state.currentId) {
         const node = transcript.find(frame.messageId);
-        if (node) showFeedback(node, frame.feedback);
+        if (node) showFeedback(node, frame.feedback, true);
       }
       break;
     case "instructions":

@@ -7,7 +7,7 @@
 
 import { actionButton } from "./code.js";
 
-/** The controls of one assistant message: thumbs up, thumbs down, the comment form. */
+/** The controls of one assistant message: thumbs up, thumbs down, a status note, the comment form. */
 export function feedbackControls() {
   // Words, not emoji: they read the same in every font (headless and minimal systems have no emoji font).
   const up = actionButton("Good", "feedback-up", "Good answer");
@@ -16,6 +16,10 @@ export function feedbackControls() {
     button.classList.add("feedback");
     button.setAttribute("aria-pressed", "false");
   }
+  const saved = document.createElement("span");
+  saved.className = "feedback-saved";
+  saved.dataset.testid = "feedback-saved";
+  saved.setAttribute("role", "status");
   const form = document.createElement("form");
   form.className = "feedback-form";
   form.hidden = true;
@@ -30,17 +34,27 @@ export function feedbackControls() {
   const close = actionButton("Close", "feedback-close", "Close without a comment");
   close.classList.add("feedback-close");
   form.append(label, send, close);
-  return [up, down, form];
+  return [up, down, saved, form];
 }
 
-/** Show a message's feedback (`{rating, comment}` or null) on its element. */
-export function showFeedback(node, feedback) {
-  const rating = feedback ? feedback.rating : "";
+/** Press the thumb of `rating` ("up" | "down" | "") on a message element, release the other. */
+function pressRating(node, rating) {
   node.dataset.feedback = rating;
   for (const button of node.querySelectorAll(":scope > .message-actions > .feedback")) {
-    const mine = button.dataset.testid === `feedback-${rating}`;
-    button.setAttribute("aria-pressed", String(mine));
+    button.setAttribute("aria-pressed", String(button.dataset.testid === `feedback-${rating}`));
   }
+}
+
+/**
+ * Show a message's saved feedback (`{rating, comment}` or null) on its element (`data-feedback`,
+ * `data-feedback-comment`); `saved`: it is the server's answer to a `feedback` request (a
+ * short note says so).
+ */
+export function showFeedback(node, feedback, saved = false) {
+  pressRating(node, feedback ? feedback.rating : "");
+  node.dataset.feedbackComment = feedback ? feedback.comment || "" : "";
+  const note = node.querySelector(":scope > .message-actions > .feedback-saved");
+  if (note) note.textContent = saved ? (feedback ? "Feedback saved." : "Feedback withdrawn.") : "";
   const comment = node.querySelector(":scope > .message-actions [data-testid='feedback-comment']");
   if (comment && document.activeElement !== comment) comment.value = feedback ? feedback.comment || "" : "";
 }
@@ -81,8 +95,12 @@ export class FeedbackControls {
     });
   }
 
+  /** Send the feedback; the thumb shows at once, the rest once the server's `feedback` frame says it is saved. */
   give(node, rating, comment) {
     const frame = { type: "feedback", messageId: Number(node.dataset.messageId), rating, comment };
-    if (this.request(frame)) showFeedback(node, rating ? { rating, comment } : null);
+    if (!this.request(frame)) return;
+    pressRating(node, rating || "");
+    const note = node.querySelector(":scope > .message-actions > .feedback-saved");
+    if (note) note.textContent = "";
   }
 }

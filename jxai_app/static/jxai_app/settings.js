@@ -4,7 +4,7 @@
 // (`instructions` without text), Save sends them; an `instructions` frame answers both.
 
 /**
- * `ui`: {open, dialog, form, text, count, status, cancel}. Options: request(frame) sends a
+ * `ui`: {open, dialog, form, text, count, status, cancel, save}. Options: request(frame) sends a
  * frame (false when not connected); maxChars is the length limit; announce(text) tells
  * screen readers.
  */
@@ -20,25 +20,35 @@ export class SettingsDialog {
     ui.text.addEventListener("input", () => this.count());
     ui.form.addEventListener("submit", (event) => {
       event.preventDefault();
+      if (ui.save.disabled) return;
       this.saving = this.request({ type: "instructions", text: ui.text.value });
+      this.busy(this.saving);
       this.status(this.saving ? "Saving…" : "Not connected; try again in a moment.");
     });
   }
 
+  /** Open the dialog; the box waits for the saved text (it may have changed in another tab). */
   open() {
     const ui = this.ui;
     this.saving = false;
-    ui.text.disabled = !this.request({ type: "instructions" });
-    this.status(ui.text.disabled ? "Not connected; try again in a moment." : "");
+    const asked = this.request({ type: "instructions" });
+    this.busy(asked);
+    this.status(asked ? "Loading…" : "Not connected; try again in a moment.");
     ui.dialog.showModal();
-    ui.text.focus();
     this.count();
+  }
+
+  /** While a read or a save is on its way, the box and Save wait. */
+  busy(on) {
+    this.ui.text.disabled = on;
+    this.ui.save.disabled = on;
   }
 
   /** An `instructions` frame: the saved text (after a read or a save). */
   apply(frame) {
     const ui = this.ui;
-    ui.text.disabled = false;
+    this.busy(false);
+    this.status("");
     ui.text.value = frame.text || "";
     if (frame.maxChars) ui.text.maxLength = frame.maxChars;
     this.count();
@@ -46,14 +56,16 @@ export class SettingsDialog {
       this.saving = false;
       ui.dialog.close();
       this.announce("Custom instructions saved; they apply from your next message.");
+    } else if (ui.dialog.open) {
+      ui.text.focus();
     }
   }
 
   /** An `error` frame answering `instructions`. */
   failed(message) {
     this.saving = false;
-    this.ui.text.disabled = false;
-    this.status(message);
+    this.busy(false);
+    this.status(message, true);
   }
 
   count() {
@@ -61,8 +73,9 @@ export class SettingsDialog {
     ui.count.textContent = `${ui.text.value.length} / ${ui.text.maxLength} characters`;
   }
 
-  status(text) {
+  status(text, error = false) {
     this.ui.status.textContent = text;
     this.ui.status.hidden = !text;
+    this.ui.status.dataset.kind = error ? "error" : "";
   }
 }

@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from jxai_app import store
 from jxai_app.models import MessageFeedback
 from jxai_app.store.instructions import INSTRUCTIONS_HEADING
+from tests.app.test_turns import consumer_on, worker_b  # noqa: F401  (a second worker over the layer)
 from tests.app.turns_support import Tab, fake, hub, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
@@ -67,6 +68,20 @@ async def test_feedback_reaches_every_tab_and_the_snapshot(user: Any, fake: Fake
     assert await _feedback_rows() == []
     await tab.close()
     await other.close()
+
+
+async def test_feedback_reaches_a_tab_on_another_worker(user: Any, fake: FakeProvider, hub: Any,
+                                                        worker_b: Any) -> None:
+    tab = await Tab(user).open()
+    cid, answer = await _answered(tab, fake, "Across workers?")
+    far = await Tab(user, consumer_on(worker_b)).open()
+    await far.send(type="subscribe", conversationId=cid)
+    await far.until(lambda f: f["type"] == "snapshot")
+    await tab.send(type="feedback", messageId=answer, rating="up", comment="Good.")
+    frame = await far.until(lambda f: f["type"] == "feedback")
+    assert frame["feedback"] == {"rating": "up", "comment": "Good."} and frame["messageId"] == answer
+    await tab.close()
+    await far.close()
 
 
 async def test_nobody_gives_feedback_on_another_users_message(user: Any, other_user: Any, fake: FakeProvider,

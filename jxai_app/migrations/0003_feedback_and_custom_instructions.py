@@ -4,6 +4,30 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+SEARCH_INDEX = "jxai_msg_content_search"
+"""GIN index of the messages' full-text vector, PostgreSQL only (docs/store.md "Search"): the
+search's ``to_tsvector('english', content)`` expression, so a search over many messages reads
+the index. Not in the model's Meta: other databases have no such index and the search there is
+a substring match."""
+
+
+def _search_index():
+    from django.contrib.postgres.indexes import GinIndex
+    from django.contrib.postgres.search import SearchVector
+
+    # "english": jxai_app.store.search.SEARCH_CONFIG when this was written (a migration keeps its own copy)
+    return GinIndex(SearchVector("content", config="english"), name=SEARCH_INDEX)
+
+
+def add_search_index(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.add_index(apps.get_model("jxai_app", "Message"), _search_index())
+
+
+def remove_search_index(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.remove_index(apps.get_model("jxai_app", "Message"), _search_index())
+
 
 class Migration(migrations.Migration):
 
@@ -42,4 +66,5 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['rating'], name='jxai_feedback_rating')],
             },
         ),
+        migrations.RunPython(add_search_index, remove_search_index),
     ]

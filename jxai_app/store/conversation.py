@@ -153,9 +153,9 @@ def conversation_by_id(conversation_id: uuid.UUID) -> Conversation | None:
 
 
 def message_by_id(message_id: int) -> Message | None:
-    """The message with this id with its calls (in call order), or ``None``; no ownership
+    """The message with this id with its calls (in call order) and feedback, or ``None``; no ownership
     check (see :func:`conversation_by_id`)."""
-    return with_tool_calls(Message.objects.filter(pk=message_id)).first()
+    return with_tool_calls(Message.objects.filter(pk=message_id).select_related("feedback")).first()
 
 
 def database_ping() -> None:

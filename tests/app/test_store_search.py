@@ -84,7 +84,11 @@ def test_the_match_is_full_text_on_postgresql_and_a_substring_elsewhere(user: An
     def found(query: str) -> bool:
         return bool(store.message_search(owner=user, query=query))
 
+    with connection.cursor() as cursor:
+        indexes = connection.introspection.get_constraints(cursor, Message._meta.db_table)
     if connection.vendor == "postgresql":
         assert found("bake") and found("BREADS") and found('"baking bread"') and not found("bak")
+        assert indexes["jxai_msg_content_search"]["type"] == "gin"      # the full-text index (migration 0003)
     else:
         assert found("bak") and found("BREAD") and not found("bake")
+        assert "jxai_msg_content_search" not in indexes

@@ -21,7 +21,7 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, QuerySet, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -31,8 +31,12 @@ from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
 from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
-from jxai_app.models import ApiToken, Conversation, Message, Note, ToolPolicy, UsageLedger, UserLimits
+from jxai_app.models import (
+    ApiToken, Conversation, FeedbackRating, Message, MessageFeedback, Note, ToolPolicy, UsageLedger, UserLimits,
+    UserSettings,
+)
 from jxai_app.store import conversations_export
+from jxai_app.store.feedback import feedback_of
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.web.charts import stacked_bars
 
@@ -96,15 +100,42 @@ class MessageInline(admin.TabularInline):
     show_change_link = False
     ordering = ("position",)
     classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
-    fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
-              "calls", "stop_reason", "usage", "created_at")
+    fields = ("position", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
     readonly_fields = fields
+    PAGE_SIZE = 25
+    """Messages shown per page of the inline (a conversation with hundreds stays usable;
+    ``?messages_page=N`` picks the page, links above the inline)."""
 
     class Media:
         css = {"all": ("jxai_app/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
-        return with_tool_calls(super().get_queryset(request))
+        return with_tool_calls(super().get_queryset(request)).select_related("feedback")
+
+    @admin.display(description="details")
+    def details(self, message: Message) -> str:
+        """Status (when not complete), the call it answers, stop reason, usage and time, one a
+        line: one column instead of five keeps the message text wide (static/jxai_app/admin.css)."""
+        usage = message.usage if isinstance(message.usage, dict) else None
+        lines = [
+            message.status if message.status != "complete" else "",
+            f"answers {message.tool_call_id}" if message.tool_call_id else "",
+            f"stop: {message.stop_reason}" if message.stop_reason else "",
+            (f"{usage.get('inputTokens')} in / {usage.get('outputTokens')} out"
+             + (" (estimated)" if usage.get("estimated") else "")) if usage else "",
+            timezone.localtime(message.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+        ]
+        return format_html_join("", "<div>{}</div>", ((line,) for line in lines if line))
+
+    @admin.display(description="feedback")
+    def feedback_given(self, message: Message) -> str:
+        """The owner's rating and comment (a method of its own name: ``feedback`` is the
+        message's reverse relation, which admin would print as is)."""
+        given = feedback_of(message)
+        if given is None:
+            return ""
+        return format_html("<strong>{}</strong>{}", given.get_rating_display(),
+                           format_html(": {}", given.comment) if given.comment else "")
 
     @admin.display(description="tool calls")
     def calls(self, message: Message) -> str:
@@ -127,14 +158,58 @@ class MessageInline(admin.TabularInline):
         return False
 
 
+class MessagePage:
+    """One page of a conversation's messages in its change page (``?messages_page=N``, from 1;
+    out-of-range numbers are clamped)."""
+
+    def __init__(self, request: HttpRequest, conversation: Conversation) -> None:
+        size = MessageInline.PAGE_SIZE
+        self.total = conversation.messages.count()
+        self.pages = max(1, -(-self.total // size))
+        try:
+            asked = int(request.GET.get("messages_page", "1"))
+        except ValueError:
+            asked = 1
+        self.number = min(max(1, asked), self.pages)
+        self.start = (self.number - 1) * size
+        self.stop = min(self.total, self.start + size)
+        self.ids = list(conversation.messages.order_by("position").values_list("pk", flat=True)[self.start:self.stop])
+
+    def links(self) -> list[dict[str, Any]]:
+        """``[{"number", "current"}]`` for every page (the template builds the query string)."""
+        return [{"number": n, "current": n == self.number} for n in range(1, self.pages + 1)]
+
+
+class FeedbackFilter(admin.SimpleListFilter):
+    """Conversations by the feedback their owner gave on an answer (issue 15 item 6)."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("down", "thumbs down"), ("up", "thumbs up"), ("any", "any feedback"), ("none", "no feedback")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> QuerySet[Conversation]:
+        given = MessageFeedback.objects.filter(message__conversation=OuterRef("pk"))
+        value = self.value()
+        if value in FeedbackRating.values:
+            return queryset.filter(Exists(given.filter(rating=value)))
+        if value == "any":
+            return queryset.filter(Exists(given))
+        if value == "none":
+            return queryset.exclude(Exists(given))
+        return queryset
+
+
 @admin.register(Conversation)
 class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("label", "title", "owner", "model", "status", "message_count", "token_count",
-                    "context_warning", "created_at", "updated_at", "transcript_link")
+    list_display = ("label", "title", "owner", "model", "status", "message_count", "feedback_summary",
+                    "token_count", "context_warning", "created_at", "updated_at", "transcript_link")
     list_display_links = ("label",)
-    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "created_at", "updated_at")
+    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", FeedbackFilter, "created_at",
+                   "updated_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("owner__username",)
@@ -148,7 +223,11 @@ class ConversationAdmin(DeclaredFiltersOnly):
     change_form_template = "admin/jxai_app/conversation/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
-        return super().get_queryset(request).annotate(message_count=Count("messages", distinct=True))
+        rated = "messages__feedback"
+        return super().get_queryset(request).annotate(
+            message_count=Count("messages", distinct=True),
+            thumbs_up=Count(rated, filter=Q(messages__feedback__rating=FeedbackRating.UP), distinct=True),
+            thumbs_down=Count(rated, filter=Q(messages__feedback__rating=FeedbackRating.DOWN), distinct=True))
 
     def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
         if can_read_content(request):
@@ -177,6 +256,12 @@ class ConversationAdmin(DeclaredFiltersOnly):
     def message_count(self, conversation: Conversation) -> int:
         return int(getattr(conversation, "message_count", 0))
 
+    @admin.display(description="feedback", ordering="thumbs_down")
+    def feedback_summary(self, conversation: Conversation) -> str:
+        """``"2 down · 1 up"`` (only the kinds given; ``""`` for none)."""
+        counts = ((getattr(conversation, "thumbs_down", 0), "down"), (getattr(conversation, "thumbs_up", 0), "up"))
+        return " · ".join(f"{count} {kind}" for count, kind in counts if count)
+
     @admin.display(description="transcript")
     def transcript_link(self, conversation: Conversation) -> str:
         url = reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])
@@ -190,7 +275,17 @@ class ConversationAdmin(DeclaredFiltersOnly):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = {**(extra_context or {}), "can_read_content": can_read_content(request)}
+        conversation = self.get_object(request, object_id)
+        if conversation is not None and can_read_content(request):
+            extra["message_page"] = MessagePage(request, conversation)
         return super().change_view(request, object_id, form_url, extra)
+
+    def get_formset_kwargs(self, request: HttpRequest, obj: Any, inline: Any, prefix: str) -> dict[str, Any]:
+        """The messages inline holds one :class:`MessagePage` of the conversation, not all of it."""
+        kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, MessageInline) and obj is not None:
+            kwargs["queryset"] = kwargs["queryset"].filter(pk__in=MessagePage(request, obj).ids)
+        return kwargs
 
     def get_urls(self) -> list[URLPattern]:
         transcript = path("<uuid:object_id>/transcript/", self.admin_site.admin_view(self.transcript_view),
@@ -204,10 +299,11 @@ class ConversationAdmin(DeclaredFiltersOnly):
             raise PermissionDenied
         conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=object_id)
         entries = [
-            {"message": m, "calls": [{"call": c, "arguments": pretty_json(c.arguments),
-                                      "result": None if c.finished_at is None else pretty_json(c.result)}
-                                     for c in m.tool_calls.all()]}
-            for m in with_tool_calls(conversation.messages.order_by("position"))
+            {"message": m, "feedback": feedback_of(m),
+             "calls": [{"call": c, "arguments": pretty_json(c.arguments),
+                        "result": None if c.finished_at is None else pretty_json(c.result)}
+                       for c in m.tool_calls.all()]}
+            for m in with_tool_calls(conversation.messages.order_by("position")).select_related("feedback")
         ]
         context = {
             **self.admin_site.each_context(request),
@@ -323,6 +419,29 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
                    "rows": rows, "error": error,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
+
+
+@admin.register(UserSettings)
+class UserSettingsAdmin(DeclaredFiltersOnly):
+    """Each user's custom instructions (added to the system prompt of their new turns),
+    read-only: the user edits them in the chat page's settings dialog."""
+
+    list_display = ("user", "instructions_excerpt", "updated_at")
+    list_select_related = ("user",)
+    search_fields = ("user__username",)
+    fields = ("user", "custom_instructions", "updated_at")
+    readonly_fields = fields
+
+    @admin.display(description="custom instructions")
+    def instructions_excerpt(self, row: UserSettings) -> str:
+        text = row.custom_instructions
+        return text if len(text) <= 80 else text[:79] + "…"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Note)

@@ -255,6 +255,28 @@ def get_limits() -> Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class PageLimits:
+    """Limits of the page's everyday tools (issue 15; docs/store.md "Custom instructions",
+    "Feedback", "Search"). Sizes in characters."""
+
+    custom_instructions_max_chars: int
+    """``JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS`` (default 4,000)."""
+    feedback_comment_max_chars: int
+    """``JXAI_FEEDBACK_COMMENT_MAX_CHARS`` (default 2,000)."""
+    search_results: int
+    """``JXAI_SEARCH_RESULTS``: most results of one search (default 20)."""
+
+
+def get_page_limits() -> PageLimits:
+    """The limits of custom instructions, feedback comments and search from settings."""
+    return PageLimits(
+        custom_instructions_max_chars=settings.JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS,
+        feedback_comment_max_chars=settings.JXAI_FEEDBACK_COMMENT_MAX_CHARS,
+        search_results=settings.JXAI_SEARCH_RESULTS,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class TurnTiming:
     """How a running turn survives faults (docs/turns.md), in seconds."""
 

@@ -4,6 +4,8 @@ around them (API tokens, tool policies, limits, usage).
 ::
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
+                     Message ──○ MessageFeedback   (the owner's thumbs up/down on an answer)
+    UserSettings    per-user custom instructions (added to every new turn's system prompt)
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
     Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
@@ -233,6 +235,56 @@ class Note(models.Model):
 
     def __str__(self) -> str:
         return f"note {self.pk} of user {self.owner_id}"
+class FeedbackRating(models.TextChoices):
+    """A reader's verdict on an assistant message (docs/store.md "Feedback")."""
+
+    UP = "up", "thumbs up"
+    DOWN = "down", "thumbs down"
+
+
+class MessageFeedback(models.Model):
+    """The conversation owner's feedback on one assistant message: a rating and an optional
+    comment, for staff review (docs/store.md "Feedback"). At most one per message: the
+    owner is the only one who may give it, and giving it again replaces it."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="feedback")
+    """The assistant message it is about (its conversation's owner gave it)."""
+    rating = models.CharField(max_length=8, choices=FeedbackRating.choices)
+    """``up`` or ``down``."""
+    comment = models.TextField(blank=True, default="")
+    """Optional words of the owner, at most ``FEEDBACK_COMMENT_MAX_CHARS`` characters."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was first given."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last change of the rating or the comment."""
+
+    class Meta:
+        verbose_name = "message feedback"
+        verbose_name_plural = "message feedback"
+        indexes = [models.Index(fields=["rating"], name="jxai_feedback_rating")]
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on message {self.message_id}"
+
+
+class UserSettings(models.Model):
+    """One user's chat settings, edited in the page's settings dialog (docs/store.md
+    "Custom instructions")."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_settings")
+    """Whose settings."""
+    custom_instructions = models.TextField(blank=True, default="")
+    """Text added to the system prompt of every new turn of this user; ``""`` adds nothing.
+    At most ``JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS`` characters."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last change."""
+
+    class Meta:
+        verbose_name = "user settings"
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"settings of {self.user}"
 
 
 API_TOKEN_PREFIX = "jxai_"

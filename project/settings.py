@@ -64,7 +64,7 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "jxai_app.admin_site.JxaiAdminConfig",  # django.contrib.admin with the registered-tools entry (issue 15)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -285,3 +285,10 @@ if DJANGO_LOG_FORMAT == "json":
     LOGGING["handlers"]["console"]["formatter"] = "json"
 # Probes and scrapers speak plain HTTP inside the cluster: no HTTPS redirect for them.
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
+# Issue 15 (the page a daily user keeps using): the longest custom instructions a user may
+# save (added to the system prompt of each new turn), the longest feedback comment, and the
+# most results the page's search returns (docs/store.md "Custom instructions", "Feedback",
+# "Search").
+JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS = int(os.environ.get("JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS", "4000"))
+JXAI_FEEDBACK_COMMENT_MAX_CHARS = int(os.environ.get("JXAI_FEEDBACK_COMMENT_MAX_CHARS", "2000"))
+JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))

@@ -17,6 +17,10 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
+    message_search(*, owner, query, limit=20) -> list[dict]                      (own only)
+    feedback_set(*, user, message_id, rating, comment="") -> (UUID, dict | None)
+    instructions_get(*, user) -> str; instructions_set(*, user, text) -> str
+    system_prompt_for(*, user, base) -> str                 (base + custom instructions)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
     turns_recover(*, lease=6.0, everything=False, exclude=()) -> [Recovered]; strays_drop() -> int
@@ -43,9 +47,11 @@ from jxai_app.store.conversation import (
     message_by_id,
     message_list,
 )
+from jxai_app.store.feedback import feedback_set
+from jxai_app.store.instructions import instructions_get, instructions_set, system_prompt_for
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_recover
-from jxai_app.store.search import conversation_search
+from jxai_app.store.search import conversation_search, message_search
 from jxai_app.store.turn import TurnStart, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
@@ -60,7 +66,8 @@ from jxai_app.store.wire import conversations_export, messages_to_wire, to_messa
 __all__ = [
     "Decided", "approval_decide", "approvals_expire", "approvals_stop", "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
-    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed", "leases_renew",
+    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "feedback_set",
+    "instructions_get", "instructions_set", "message_search", "system_prompt_for", "lease_lapsed", "leases_renew",
     "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
     "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

@@ -10,7 +10,7 @@ no framework beyond the models. Shapes::
     message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
                    "toolCalls": [{"id", "name", "arguments", "result", "success", "approval"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
-                   "createdAt"}
+                   "createdAt", "feedback": None|{"rating": "up"|"down", "comment"}}
 
 ``approval`` is ``None`` for a call that needed none, else ``{"state": "awaiting_approval" |
 "approved" | "denied" | "expired", "decidedBy": username | None, "decidedAt", "reason"}``
@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from jxai_app.models import Conversation, Message, MessageRole, ToolCall
+from jxai_app.store.feedback import feedback_dict, feedback_of
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -88,7 +89,8 @@ def approval_dict(call: ToolCall) -> dict[str, Any] | None:
 
 def message_dict(message: Message) -> dict[str, Any]:
     """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
-    when serialising many (``jxai_app.store.message_list`` does)."""
+    when serialising many, and select ``feedback`` (``jxai_app.store.message_list`` does).
+    ``feedback`` is the owner's on an assistant message (docs/store.md "Feedback"), else ``None``."""
     calls = []
     if message.role == MessageRole.ASSISTANT:
         calls = [
@@ -107,6 +109,7 @@ def message_dict(message: Message) -> dict[str, Any]:
         "stopReason": message.stop_reason,
         "status": message.status,
         "createdAt": _iso(message.created_at),
+        "feedback": feedback_dict(feedback_of(message)) if message.role == MessageRole.ASSISTANT else None,
     }
 
 

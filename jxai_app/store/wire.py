@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from django.db.models import Prefetch
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.feedback import feedback_export
 
 
 def with_tool_calls(messages: Any) -> Any:
@@ -97,7 +98,8 @@ def approvals_audit(conversation: Conversation) -> list[dict[str, Any]]:
 
 def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:
     """Export documents for admin: ``[{"id", "title", "owner", "model", "created_at",
-    "updated_at", "messages": <wire list>, "approvals": <approvals_audit>}]`` in the given order."""
+    "updated_at", "messages": <wire list>, "approvals": <approvals_audit>, "feedback": <the owner's
+    ratings>}]`` in the given order (``feedback``: :func:`jxai_app.store.feedback.feedback_export`)."""
     return [
         {
             "id": str(conversation.pk),
@@ -108,6 +110,7 @@ def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str
             "updated_at": conversation.updated_at.isoformat(),
             "messages": to_messages(conversation),
             "approvals": approvals_audit(conversation),
+            "feedback": feedback_export(conversation),
         }
         for conversation in conversations
     ]

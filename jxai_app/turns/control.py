@@ -112,16 +112,18 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool) -> tuple[store.TurnStart, Any,
-                                                                                               ModelConfig]:
-    """The send (one transaction), then the turn's model and tool view."""
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None,
+           admit: bool) -> tuple[store.TurnStart, Any, ModelConfig, str]:
+    """The send (one transaction), then the turn's model, tool view and system prompt (with
+    the user's custom instructions, docs/store.md "Custom instructions")."""
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
     turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
                               model=None if new_model is None else new_model.alias, admit=admit,
                               lease=conf.get_turn_timing().lease)
     model = requested or _model(turn.model, fallback=True)
-    return turn, tool_view(user, model), model
+    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
+    return turn, tool_view(user, model), model, prompt
 
 
 def _check_text(text: Any) -> str:
@@ -166,15 +168,15 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
-    return _launch(hub, user, turn, tools, model, origin)
+    turn, tools, model, prompt = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    return _launch(hub, user, turn, tools, model, prompt, origin)
 
 
-def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig,
+def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig, prompt: str,
             origin: Origin | None) -> TurnInfo:
     """Build the turn's runner and start its task (a send's, or a resumed one's)."""
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
-                        system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
+                        system_prompt=prompt, policy=conf.get_agent_policy(),
                         context_window=model.context_window)
     if origin is not None:  # before the task starts, so the socket misses nothing
         origin.adopt(turn.conversation_id, runner.turn_id)
@@ -183,9 +185,10 @@ def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: M
                     conversation=conversation_dict(turn.conversation), runner=runner)
 
 
-def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig]:
+def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig, str]:
     model = _model(turn.model, fallback=True)
-    return tool_view(user, model, turn.prior_calls), model
+    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
+    return tool_view(user, model, turn.prior_calls), model, prompt
 
 
 async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None = None,
@@ -199,9 +202,9 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
         turn: what :func:`jxai_app.store.approval_decide` or ``approvals_expire`` claimed.
     """
     hub = hub or get_hub()
-    tools, model = await db_request(_resume_parts, user, turn)
+    tools, model, prompt = await db_request(_resume_parts, user, turn)
     logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
-    return _launch(hub, user, turn, tools, model, origin)
+    return _launch(hub, user, turn, tools, model, prompt, origin)
 
 
 def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:

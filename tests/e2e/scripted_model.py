@@ -16,6 +16,7 @@ The last message decides:
   ``[think]``  reasoning (``reasoning_content``) first, then the answer;
   ``[long]``   :data:`LONG_CHARS` characters of numbered words (:func:`long_words`), in
                4,000-character chunks (larger than any websocket message the server sends);
+  ``[code]``   a sentence and a fenced Python block (:data:`CODE_ANSWER`), for highlighting and Copy;
   ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
                at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
@@ -43,6 +44,17 @@ LONG_CHARS = 2_000_000
 def long_words(chars: int = LONG_CHARS) -> str:
     """The ``[long]`` answer: ``w000000 w000001 …`` (8 characters a word), ``chars`` long."""
     return "".join(f"w{i:06d} " for i in range(chars // 8))
+
+CODE_ANSWER = """Here is a function:
+
+```python
+def greet(name):
+    return f"Hello, {name}!"
+```
+
+Call it with `greet("Ada")`."""
+CODE_BLOCK = 'def greet(name):\n    return f"Hello, {name}!"\n'
+"""The block's text as the page's Copy puts it on the clipboard."""
 
 XSS_ANSWER = """Here are some things that must stay inert:
 
@@ -126,6 +138,9 @@ class ScriptedModel:
             answer = long_words()
             return Script(writes=openai_text_stream([answer[i:i + 4000] for i in range(0, len(answer), 4000)],
                                                     usage=USAGE))
+        if text.startswith("[code]"):
+            return Script(writes=openai_text_stream([CODE_ANSWER[i:i + 30] for i in range(0, len(CODE_ANSWER), 30)],
+                                                    usage=USAGE), delay=0.01)
         if text.startswith("[cut]"):
             return Script(writes=openai_text_stream(["This answer stops ", "in the mid"], finish="length",
                                                     usage=USAGE), delay=0.02)

@@ -7,7 +7,10 @@
 // server through json_script (#jxai-initial); there is no inline script (CSP).
 
 import { ConversationList } from "./conversations.js";
+import { FeedbackControls, showFeedback } from "./feedback.js";
 import { Header } from "./header.js";
+import { SearchBox, messageFromHash } from "./search.js";
+import { SettingsDialog } from "./settings.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
@@ -23,6 +26,10 @@ const ui = {
   dismiss: $("dismiss-error"), transcript: $("transcript"), empty: $("empty-state"), form: $("composer-form"),
   composer: $("composer"), send: $("send"), stop: $("stop"), model: $("model"), tokens: $("tokens"),
   warning: $("context-warning"), status: $("sr-status"),
+  search: $("search"), searchResults: $("search-results"), nav: $("conversation-nav"),
+  settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
+    text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
+    cancel: $("settings-cancel"), save: $("settings-save") },
 };
 
 const state = {
@@ -33,6 +40,7 @@ const state = {
   stopping: false,
   turnPending: false,         // sent, and no event of the new turn seen yet
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
+  reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
 };
 
 const transcript = new Transcript(ui.transcript, ui.empty, {
@@ -56,6 +64,28 @@ const conversations = new ConversationList(ui.list, ui.loadMore, {
   },
 });
 
+const search = new SearchBox({ input: ui.search, results: ui.searchResults, nav: ui.nav }, {
+  request: (frame) => connection.send(frame),
+  onPick: (conversationId, messageId) => {
+    state.reveal = messageId;
+    if (conversationId === state.currentId) revealMessage();
+    else openConversation(conversationId, { push: true });
+    if (messageId !== null) history.replaceState({ conversationId }, "", `/c/${conversationId}#message-${messageId}`);
+    closeSidebar();
+  },
+});
+
+const settings = new SettingsDialog(ui.settings, {
+  request: (frame) => connection.send(frame),
+  maxChars: initial.customInstructionsMaxChars,
+  announce: (text) => announce(text),
+});
+
+new FeedbackControls(ui.transcript, {
+  request: (frame) => connection.send(frame),
+  maxChars: initial.feedbackCommentMaxChars,
+});
+
 const header = new Header(ui, {
   models: initial.models,
   defaultModel: initial.defaultModel,
@@ -66,6 +96,7 @@ const header = new Header(ui, {
 const connection = new Connection(initial.wsPath, {
   onOpen: () => {
     conversations.connected();
+    search.ask();
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
   },
   onFrame: (frame) => handleFrame(frame),
@@ -116,6 +147,18 @@ function handleFrame(frame) {
     case "error":
       handleErrorFrame(frame);
       break;
+    case "search_results":
+      search.apply(frame);
+      break;
+    case "feedback":
+      if (frame.conversationId === state.currentId) {
+        const node = transcript.find(frame.messageId);
+        if (node) showFeedback(node, frame.feedback, true);
+      }
+      break;
+    case "instructions":
+      settings.apply(frame);
+      break;
     default:
       break; // unknown frame types are ignored (forward compatibility)
   }
@@ -155,6 +198,18 @@ function applySnapshot(frame) {
     showError(conversation.lastError.message || "The last answer failed.", { retry: true });
   }
   transcript.scrollToEnd(true);
+  revealMessage();
+}
+
+/** Scroll to the message a search result (or the address's `#message-<id>`) named, and mark it. */
+function revealMessage() {
+  if (state.reveal === null) return;
+  const node = transcript.find(state.reveal);
+  state.reveal = null;
+  if (!node) return;
+  for (const other of ui.transcript.querySelectorAll(":scope > .message.found")) other.classList.remove("found");
+  node.classList.add("found");
+  node.scrollIntoView({ block: "center" });
 }
 
 /** The turn is over (its `turn_end` was applied to the transcript). */
@@ -272,6 +327,10 @@ function retryTurn() {
 function handleErrorFrame(frame) {
   const problem = frame.problem || {};
   const text = problem.detail || frame.message || problem.title || "The server refused that.";
+  if (frame.request === "instructions") {
+    settings.failed(text);  // shown in the dialog, where the text still is
+    return;
+  }
   if (frame.request === "send") {
     // Nothing is lost: the refused text goes back into the composer.
     const text = transcript.takeBackPending();

@@ -12,6 +12,10 @@
 
 /* global marked, DOMPurify */
 
+import { messageActions } from "./actions.js";
+import { enhanceCode, rememberSource } from "./code.js";
+import { showFeedback } from "./feedback.js";
+
 const purifier = DOMPurify(window);
 
 const SANITISE_CONFIG = Object.freeze({
@@ -70,13 +74,16 @@ purifier.addHook("afterSanitizeAttributes", (node) => {
 });
 
 /**
- * Render model Markdown into `target`, replacing what it held.
+ * Render model Markdown into `target`, replacing what it held; code blocks are then
+ * highlighted and get a Copy button (code.js), on the sanitised DOM.
  * @param {Element} target
  * @param {string} text Markdown from the model (untrusted).
  */
 export function renderMarkdown(target, text) {
   const html = marked.parse(text || "", { gfm: true, breaks: false, async: false });
   target.replaceChildren(purifier.sanitize(html, SANITISE_CONFIG));
+  rememberSource(target, text);
+  enhanceCode(target);
 }
 
 /** A new element with a class list, optional text and optional data-testid. */
@@ -108,7 +115,8 @@ export function prettyJson(value) {
 export function userMessage(message) {
   const node = el("article", "message user", null, "message-user");
   if (message.id != null) node.dataset.messageId = String(message.id);
-  node.append(el("h2", "visually-hidden", "You said:"), el("div", "message-body", message.content || ""));
+  node.append(el("h2", "visually-hidden", "You said:"), el("div", "message-body", message.content || ""),
+    messageActions("user"));
   return node;
 }
 
@@ -128,6 +136,7 @@ export function assistantMessage(id) {
     el("div", "message-body markdown"),
     el("div", "tool-calls"),
     el("p", "message-note"),
+    messageActions("assistant"),
   );
   node.querySelector(".message-note").hidden = true;
   return node;
@@ -287,6 +296,7 @@ export function fillAssistant(node, message, onDecide) {
     if (call.result !== null && call.result !== undefined) setCardResult(card, call.result, call.success);
     else if (card.dataset.state === "streaming") setCardState(card, "pending");
   }
+  showFeedback(node, message.feedback || null);
   const reasons = { length: "The answer was cut off (length limit).", content_filter: "The provider filtered this answer." };
   if (reasons[message.stopReason]) setNote(node, reasons[message.stopReason], "warning");
 }

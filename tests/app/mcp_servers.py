@@ -1,0 +1,99 @@
+"""MCP servers the tests run, written with the ``mcp`` SDK's server side (``MCPServer``).
+
+``python -m tests.app.mcp_servers stdio`` serves over stdin/stdout;
+``python -m tests.app.mcp_servers http PORT`` serves streamable HTTP on 127.0.0.1:PORT at
+``/mcp``. Each start and each tool call appends one JSON line to the file named by
+``JXAI_TEST_MCP_LOG`` (passed to a stdio server through its configured environment names),
+so a test can tell what the server saw, and its process id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.types import ResourceLink
+
+PNG_1X1 = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+server = MCPServer("testing")
+
+
+def log(**entry: Any) -> None:
+    path = os.environ.get("JXAI_TEST_MCP_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    log(call="add", a=a, b=b)
+    return a + b
+
+
+@server.tool()
+def echo(text: str, ctx: Context) -> str:
+    """Echo the text back, with the user id header the client sent (if any)."""
+    headers = ctx.headers or {}
+    log(call="echo", text=text, user=headers.get("x-jxai-user"))
+    return f"{text} (user {headers.get('x-jxai-user', 'none')})"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails with the reason."""
+    log(call="fail", reason=reason)
+    raise ValueError(reason)
+
+
+@server.tool()
+def picture() -> list[Any]:
+    """A tiny image, a resource link and a line of text."""
+    log(call="picture")
+    return ["A red dot.", Image(data=PNG_1X1, format="png"),
+            ResourceLink(type="resource_link", uri="https://example.com/dot.png", name="dot.png")]
+
+
+@server.tool()
+async def slow(seconds: float) -> str:
+    """Wait this many seconds, then answer."""
+    log(call="slow", seconds=seconds)
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add a tool named ``late`` and tell the client the tool list changed."""
+    log(call="grow")
+
+    def late(word: str) -> str:
+        """A tool added at run time."""
+        log(call="late", word=word)
+        return word.upper()
+
+    server.add_tool(late)
+    await ctx.notify_tools_changed()
+    return "grown"
+
+
+def main() -> None:
+    log(started=os.getpid())
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        import uvicorn
+
+        uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 
 from django.db import transaction
 
-from jxai_app import conf, store
+from jxai_app import conf, mcp_tools, store
 from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
@@ -159,6 +159,7 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
+    await mcp_tools.sync()  # MCP servers in line with the configuration before the tool view is built
     turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
                         system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),

@@ -54,7 +54,7 @@ def fail(reason: str) -> str:
     raise ValueError(reason)
 
 
-@server.tool()
+@server.tool(structured_output=False)
 def picture() -> list[Any]:
     """A tiny image, a resource link and a line of text."""
     log(call="picture")

@@ -56,7 +56,8 @@ class ServerHealth:
         transport: ``stdio`` or ``streamable-http``.
         state: ``connecting`` (before the first answer), ``connected``, ``down`` (waiting to
             reconnect) or ``closed``.
-        last_error: the last connection or listing error (``""`` when none).
+        last_error: the last connection, listing or transport error (``""`` when none), kept
+            after a reconnection so staff can see why it dropped.
         tool_count: tools listed by the open session (the last listing, while down).
         connected_since: wall-clock time of the open session's start, or ``None``.
         protocol_version: the protocol version of the last session, or ``""``.
@@ -190,7 +191,8 @@ class McpConnection:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 self._error = _message(exc)
-                self._settle()
+                if self._state != "connected":  # a failed attempt answers a refresh; a lost session reconnects first
+                    self._settle()
                 logger.warning("MCP server %s: %s; reconnecting in %.1f s", self.config.name, self._error, delay)
             finally:
                 self._client = None
@@ -200,10 +202,11 @@ class McpConnection:
                 break
             self._state = "down"
             self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), delay)  # a refresh reconnects at once
-            except TimeoutError:
-                pass
+            if not self._changed:  # a refresh asked while down reconnects at once
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
             delay = min(delay * 2, self._backoff[1])
         self._state = "closed"
         self._settle()
@@ -234,10 +237,10 @@ class McpConnection:
                     watcher = asyncio.ensure_future(self._watch(listening))
             self._client = client
             self._state = "connected"
-            self._error = ""
             self._since = time.time()
             self._protocol = client.protocol_version
             self._attempted.set()
+            self._settle()
             logger.info("MCP server %s connected (%s, %d tools)", self.config.name, self._protocol, len(self.tools))
             try:
                 await self._serve(client)
@@ -258,6 +261,7 @@ class McpConnection:
                 self._changed = False
                 async with asyncio.timeout(self.config.timeout):
                     await self._list(client)
+                self._settle()
 
     async def _watch(self, listening: Any) -> None:
         try:
@@ -294,7 +298,6 @@ class McpConnection:
                 break
         self.tools = tools
         self._on_tools(self)
-        self._settle()
 
     # ------------------------------------------------------------------ calls
     async def call(self, tool: str, arguments: dict[str, Any], user_id: str | None) -> dict[str, Any]:

@@ -58,19 +58,21 @@ class McpTools:
                                          "errlog": errlog}
         self.connections: dict[str, McpConnection] = {}
         self._names: dict[str, list[str]] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         """Open every enabled server's session and wait for each first attempt, at most
         the largest configured timeout (a server slower than that joins later)."""
+        started = []
         for config in self.configs:
             if config.enabled and config.name not in self.connections:
                 connection = McpConnection(config, on_tools=self._sync, **self._options)
                 self.connections[config.name] = connection
-                self._tasks.append(asyncio.ensure_future(connection.run()))
-        waits = [asyncio.ensure_future(c.first_attempt()) for c in self.connections.values()]
+                self._tasks[config.name] = asyncio.ensure_future(connection.run())
+                started.append(connection)
+        waits = [asyncio.ensure_future(c.first_attempt()) for c in started]
         if waits:
-            _, pending = await asyncio.wait(waits, timeout=max(c.timeout for c in self.connections.values()))
+            _, pending = await asyncio.wait(waits, timeout=max(c.timeout for c in started))
             for wait in pending:
                 wait.cancel()
 
@@ -79,19 +81,33 @@ class McpTools:
         when each has answered or failed."""
         await asyncio.gather(*(c.refresh_and_wait() for c in self.connections.values()))
 
+    async def reconfigure(self, configs: Iterable[McpServerConfig]) -> None:
+        """Use ``configs`` from now on: servers removed, disabled or changed are closed (and
+        their tools removed), new and changed ones started (:meth:`start`); the sessions of
+        unchanged servers stay open."""
+        wanted = {c.name: c for c in configs}
+        gone = [name for name, c in self.connections.items() if wanted.get(name) != c.config]
+        await self._close(gone)
+        self.configs = list(wanted.values())
+        await self.start()
+
     async def close(self) -> None:
         """Close every session (a stdio child ends with it) and remove the MCP tools."""
-        for connection in self.connections.values():
-            connection.close()
-        if self._tasks:
-            _, pending = await asyncio.wait(self._tasks, timeout=10.0)
+        await self._close(list(self.connections))
+
+    async def _close(self, names: list[str]) -> None:
+        for name in names:
+            self.connections[name].close()
+        tasks = [self._tasks[name] for name in names]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=10.0)
             for task in pending:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        for names in self._names.values():
-            for name in names:
-                self.registry.unregister(name)
-        self._names.clear()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for name in names:
+            del self.connections[name], self._tasks[name]
+            for tool in self._names.pop(name, []):
+                self.registry.unregister(tool)
 
     def health(self) -> list[ServerHealth]:
         """Each configured server's health, in configuration order (a disabled one ``disabled``)."""

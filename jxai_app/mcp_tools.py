@@ -24,7 +24,7 @@ import asyncio
 import logging
 import weakref
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jxai_app import conf
 from jxai_app.core.errors import ConfigurationError
@@ -34,7 +34,7 @@ from jxai_app.store.dbsync import db_request
 if TYPE_CHECKING:
     from jxai_app.core.mcp.manager import McpTools
 
-__all__ = ["close", "current", "refresh_from_thread", "server_configs", "sync"]
+__all__ = ["StartOnFirstRequest", "close", "current", "refresh_from_thread", "server_configs", "sync"]
 
 logger = logging.getLogger("jxai_app.mcp")
 
@@ -120,3 +120,25 @@ def refresh_from_thread(timeout: float) -> bool:
         future.cancel()
         return False
     return True
+
+
+class StartOnFirstRequest:
+    """ASGI middleware: the worker's first request (HTTP or websocket) starts :func:`sync`
+    in the background, so admin's page shows the servers of a worker that has run no turn
+    yet. No request waits for it; a failure is logged and the next turn tries again."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if self._task is None and scope.get("type") in ("http", "websocket"):
+            self._task = asyncio.ensure_future(self._start())
+        return await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _start() -> None:
+        try:
+            await sync()
+        except Exception:
+            logger.exception("starting the MCP servers failed; the next turn tries again")

@@ -1,7 +1,7 @@
 """MCP servers the tests run, written with the ``mcp`` SDK's server side (``MCPServer``).
 
-``python -m tests.app.mcp_servers stdio`` serves over stdin/stdout;
-``python -m tests.app.mcp_servers http PORT`` serves streamable HTTP on 127.0.0.1:PORT at
+``python tests/app/mcp_servers.py stdio`` serves over stdin/stdout;
+``python tests/app/mcp_servers.py http PORT`` serves streamable HTTP on 127.0.0.1:PORT at
 ``/mcp``. Each start and each tool call appends one JSON line to the file named by
 ``JXAI_TEST_MCP_LOG`` (passed to a stdio server through its configured environment names),
 so a test can tell what the server saw, and its process id.
@@ -40,11 +40,11 @@ def add(a: int, b: int) -> int:
 
 
 @server.tool()
-def echo(text: str, ctx: Context) -> str:
-    """Echo the text back, with the user id header the client sent (if any)."""
-    headers = ctx.headers or {}
-    log(call="echo", text=text, user=headers.get("x-jxai-user"))
-    return f"{text} (user {headers.get('x-jxai-user', 'none')})"
+def echo(text: str, ctx: Context) -> dict[str, Any]:
+    """Echo the text back with the headers the client sent that concern jxai (HTTP only)."""
+    headers = {k: v for k, v in (ctx.headers or {}).items() if k in ("x-jxai-user", "x-team")}
+    log(call="echo", text=text, headers=headers)
+    return {"text": text, "headers": headers}
 
 
 @server.tool()

@@ -12,6 +12,7 @@ chat, never in admin. Every value is rendered through Django's auto-escaping
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -334,7 +335,9 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
         rows.sort(key=lambda row: row["rank"])  # stable: registry order inside each source
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
-                   "servers": [{"config": config, "health": health.get(config.name)} for config in servers],
+                   "servers": [{"config": config, "health": health.get(config.name),
+                                "since": _from_timestamp(getattr(health.get(config.name), "connected_since", None))}
+                               for config in servers],
                    "worker_has_sessions": manager is not None,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
@@ -417,6 +420,10 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
             totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
             context["totals"] = totals
         return response
+
+
+def _from_timestamp(seconds: float | None) -> datetime.datetime | None:
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
 
 
 def _usage_link(user: Any) -> str:

@@ -63,6 +63,13 @@ def picture() -> list[Any]:
 
 
 @server.tool()
+def html() -> str:
+    """Text that would be markup if a page trusted it."""
+    log(call="html")
+    return '<img src=x onerror="window.__pwned=\'mcp\'"><script>window.__pwned=\'mcp-script\'</script>'
+
+
+@server.tool()
 async def slow(seconds: float) -> str:
     """Wait this many seconds, then answer."""
     log(call="slow", seconds=seconds)

@@ -105,7 +105,7 @@ async def test_stdio_tools_are_discovered_and_called_through_a_turn(
     answer = fake.requests[1].json["messages"][-1]
     assert answer["role"] == "tool" and answer["content"] == '{"success":true,"data":{"result":5}}'
     health = _health("local")
-    assert health.state == "connected" and health.tool_count == 6 and health.protocol_version
+    assert health.state == "connected" and health.tool_count == 7 and health.protocol_version
 
 
 async def test_images_resources_and_server_errors_become_our_results(
@@ -155,7 +155,7 @@ async def test_a_tool_added_at_run_time_appears_after_list_changed(
     offered = _offered(fake.requests[2].json)
     assert offered["local__late"]["description"] == "A tool added at run time."
     assert late["success"] is True and late["result"]["data"] == {"result": "HI"}
-    assert _health("local").tool_count == 7
+    assert _health("local").tool_count == 8
 
 
 async def test_a_server_killed_mid_turn_gives_a_failed_result_and_reconnects(

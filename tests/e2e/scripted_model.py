@@ -16,6 +16,7 @@ The last message decides:
                4,000-character chunks (larger than any websocket message the server sends);
   ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
                at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
+  ``[tool NAME]`` one streamed call of tool ``NAME`` with no arguments (an MCP tool, say);
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -100,6 +101,9 @@ class ScriptedModel:
         if "calculator" in text.lower():
             return Script(writes=openai_tool_call_stream("call_calc_1", "calculate", ['{"expression"', ': "6 * 7"}'],
                                                          text=["Let me work that out."], usage=USAGE), delay=0.05)
+        if text.startswith("[tool ") and "]" in text:
+            name = text[len("[tool "):text.index("]")]
+            return Script(writes=openai_tool_call_stream("call_tool_1", name, ["{}"], usage=USAGE), delay=0.03)
         if text.startswith("[slow]"):
             words = [f"word{i} " for i in range(SLOW_WORDS)]
             return Script(writes=openai_text_stream(words, usage=USAGE), delay=SLOW_DELAY)

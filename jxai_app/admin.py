@@ -359,11 +359,22 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
 @admin.register(McpServer)
 class McpServerAdmin(DeclaredFiltersOnly):
     """MCP servers whose tools the assistant may use (docs/mcp.md). No secret is stored here:
-    environment variable *names* only. A change reaches each worker at its next turn."""
+    environment variable *names* only. A change reaches each worker at its next turn. Only
+    superusers add, change or delete servers: a stdio server is a command each worker runs
+    (docs/security.md "MCP servers"); staff with the view permission see them."""
 
     list_display = ("name", "enabled", "transport", "target", "timeout_seconds", "pass_user_id")
     list_filter = ("enabled", "transport")
     search_fields = ("name",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)  # a stdio server is a command every worker runs
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
 
     @admin.display(description="command or URL")
     def target(self, server: McpServer) -> str:

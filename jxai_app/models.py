@@ -389,7 +389,7 @@ class McpServer(models.Model):
     arguments = models.JSONField(default=list, blank=True, help_text='stdio: its arguments, e.g. ["-m", "server"].')
     env_names = models.JSONField(default=list, blank=True,
                                  help_text='stdio: names of environment variables passed to it, e.g. ["GITHUB_TOKEN"].')
-    url = models.URLField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint, e.g. https://mcp.example.com/mcp.")
+    url = models.CharField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint, e.g. https://mcp.example.com/mcp.")
     header_env = models.JSONField(
         default=dict, blank=True,
         help_text='streamable HTTP: header → name of the environment variable with its value, '

@@ -42,7 +42,7 @@ class McpLog:
 def stdio_server(name: str = "local", **extra: Any) -> dict[str, Any]:
     """The JSON configuration of the stdio test server (its log file through ``env``)."""
     return {"name": name, "transport": "stdio", "command": sys.executable, "args": [str(SERVER_SCRIPT), "stdio"],
-            "env": ["JXAI_TEST_MCP_LOG"], "timeout": 10, **extra}
+            "env": ["JXAI_TEST_MCP_LOG"], "timeout": 30, **extra}
 
 
 class HttpServer:

@@ -229,7 +229,7 @@ async def test_an_http_server_gets_the_user_id_and_configured_headers_and_lists_
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JXAI_TEST_TEAM", "blue")
-    servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 10,
+    servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 30,
              "headers": {"X-Team": "JXAI_TEST_TEAM"}, "pass_user_id": True})
     fake.add(tool_script("call_1", "remote__echo", {"text": "hi"}), tool_script("call_2", "remote__grow", {}),
              text_script(["Hi."]))

@@ -57,8 +57,11 @@ def test_an_mcp_server_added_in_admin_lists_its_tools_with_their_server(open_pag
         wait_connected(tab)
         send(tab, "[tool e2e__html]")
         page.get_by_text("(from the calculator)").wait_for()  # the scripted answer after a tool round
-        result = page.get_by_test_id("tool-call").locator(".tool-result-text")
-        assert "<img src=x onerror=" in (result.text_content() or "")
+        card = page.get_by_test_id("tool-call")
+        card.locator("summary", has_text="Result").click()  # open the result, as a person would
+        result = card.locator(".tool-result-text")
+        assert "<img src=x onerror=" in result.inner_text()  # shown as text, not as markup
+        assert card.locator("img, script").count() == 0
         assert page.evaluate("window.__pwned") is None
         screenshot(tab, "chat-mcp-tool-output.png")
     finally:

@@ -19,12 +19,11 @@ import asyncio
 import json
 import logging
 import os
-import sys
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import httpx2
 import mcp_types as types
@@ -110,22 +109,22 @@ class McpConnection:
             registry from :attr:`tools`).
         allow_internal: skip the SSRF check of an HTTP server's URL (docs/security.md
             "MCP servers").
-        environ: where environment variable names are looked up (default ``os.environ``).
-        backoff: first and largest delay in seconds between reconnection attempts.
-        errlog: where a stdio server's standard error goes.
+
+    Variables named in the configuration are read from ``os.environ`` at each connection; one
+    that is not set is left out (no empty header is sent). A stdio server's standard error
+    goes to this process's.
     """
 
+    BACKOFF = (0.5, 30.0)
+    """The first and the largest delay in seconds between reconnection attempts."""
+
     def __init__(self, config: McpServerConfig, *, on_tools: Callable[[McpConnection], None],
-                 allow_internal: bool = False, environ: Mapping[str, str] | None = None,
-                 backoff: tuple[float, float] = (0.5, 30.0), errlog: TextIO | None = None) -> None:
+                 allow_internal: bool = False) -> None:
         self.config = config
         self.tools: list[types.Tool] = []
         """The tools of the last listing, as the server described them."""
         self._on_tools = on_tools
         self._allow_internal = allow_internal
-        self._environ = os.environ if environ is None else environ
-        self._backoff = backoff
-        self._errlog = errlog if errlog is not None else sys.stderr
         self._client: Client | None = None
         self._state = "connecting"
         self._error = ""
@@ -148,11 +147,6 @@ class McpConnection:
     async def first_attempt(self) -> None:
         """Return once the first connection attempt has ended (connected or failed)."""
         await self._attempted.wait()
-
-    @property
-    def timeout(self) -> float:
-        """The server's configured timeout in seconds."""
-        return self.config.timeout
 
     def refresh(self) -> None:
         """List the tools again now (reconnect now, when down)."""
@@ -180,11 +174,11 @@ class McpConnection:
 
         Never raises except when cancelled; a stdio child is ended when the session closes.
         """
-        delay = self._backoff[0]
+        delay = self.BACKOFF[0]
         while not self._closing:
             try:
                 await self._session()
-                delay = self._backoff[0]  # it worked: the next failure starts the backoff again
+                delay = self.BACKOFF[0]  # it worked: the next failure starts the backoff again
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - any failure of a session means: reconnect
@@ -207,16 +201,16 @@ class McpConnection:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 except TimeoutError:
                     pass
-            delay = min(delay * 2, self._backoff[1])
+            delay = min(delay * 2, self.BACKOFF[1])
         self._state = "closed"
         self._settle()
 
     def _target(self) -> Any:
         config = self.config
         if config.transport == "stdio":
-            env = {name: self._environ[name] for name in config.env_names if name in self._environ}
+            env = {name: os.environ[name] for name in config.env_names if name in os.environ}
             return StdioServerParameters(command=config.command, args=list(config.args), env=env)
-        headers = {header: self._environ.get(env, "") for header, env in config.header_env.items()}
+        headers = {header: os.environ[env] for header, env in config.header_env.items() if env in os.environ}
         http = httpx2.AsyncClient(headers=headers, auth=_UserHeader(config.user_header) if config.pass_user_id else None,
                                   timeout=httpx2.Timeout(config.timeout, read=SSE_READ_TIMEOUT))
         return streamable_http_client(config.url, http_client=http)

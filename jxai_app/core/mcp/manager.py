@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any, TextIO
+from collections.abc import Iterable
+from typing import Any
 
 import mcp_types as types
 
@@ -44,18 +44,12 @@ class McpTools:
         configs: the servers; disabled ones are listed in :meth:`health` only.
         allow_internal: HTTP servers may be on private or loopback addresses
             (``JXAI_MCP_ALLOW_INTERNAL``; docs/security.md "MCP servers").
-        environ: where environment variable names are looked up (default ``os.environ``).
-        backoff: first and largest reconnection delay in seconds.
-        errlog: where stdio servers' standard error goes (default ``sys.stderr``).
     """
 
-    def __init__(self, registry: ToolRegistry, configs: Iterable[McpServerConfig], *, allow_internal: bool = False,
-                 environ: Mapping[str, str] | None = None, backoff: tuple[float, float] = (0.5, 30.0),
-                 errlog: TextIO | None = None) -> None:
+    def __init__(self, registry: ToolRegistry, configs: Iterable[McpServerConfig], *, allow_internal: bool = False) -> None:
         self.registry = registry
         self.configs = list(configs)
-        self._options: dict[str, Any] = {"allow_internal": allow_internal, "environ": environ, "backoff": backoff,
-                                         "errlog": errlog}
+        self._allow_internal = allow_internal
         self.connections: dict[str, McpConnection] = {}
         self._names: dict[str, list[str]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -66,13 +60,13 @@ class McpTools:
         started = []
         for config in self.configs:
             if config.enabled and config.name not in self.connections:
-                connection = McpConnection(config, on_tools=self._sync, **self._options)
+                connection = McpConnection(config, on_tools=self._sync, allow_internal=self._allow_internal)
                 self.connections[config.name] = connection
                 self._tasks[config.name] = asyncio.ensure_future(connection.run())
                 started.append(connection)
         waits = [asyncio.ensure_future(c.first_attempt()) for c in started]
         if waits:
-            _, pending = await asyncio.wait(waits, timeout=max(c.timeout for c in started))
+            _, pending = await asyncio.wait(waits, timeout=max(c.config.timeout for c in started))
             for wait in pending:
                 wait.cancel()
 

@@ -1,6 +1,8 @@
 """MCP servers the tests run, written with the ``mcp`` SDK's server side (``MCPServer``).
 
-``python tests/app/mcp_servers.py stdio`` serves over stdin/stdout;
+``python tests/app/mcp_servers.py stdio`` serves over stdin/stdout (``stdio legacy``: it serves
+only the 2025 protocol's ``initialize`` handshake, as servers of that protocol do, so the
+client falls back to it and hears of changes through unsolicited notifications);
 ``python tests/app/mcp_servers.py http PORT`` serves streamable HTTP on 127.0.0.1:PORT at
 ``/mcp``. Each start and each tool call appends one JSON line to the file named by
 ``JXAI_TEST_MCP_LOG`` (passed to a stdio server through its configured environment names),
@@ -16,7 +18,9 @@ import os
 import sys
 from typing import Any
 
+from mcp import stdio_server
 from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.runner import serve_loop
 from mcp.types import ResourceLink
 
 PNG_1X1 = base64.b64decode(
@@ -80,7 +84,7 @@ async def slow(seconds: float) -> str:
 @server.tool()
 async def grow(ctx: Context) -> str:
     """Add a tool named ``late`` and tell the client the tool list changed."""
-    log(call="grow")
+    log(call="grow", protocol=ctx.protocol_version)
 
     def late(word: str) -> str:
         """A tool added at run time."""
@@ -88,13 +92,26 @@ async def grow(ctx: Context) -> str:
         return word.upper()
 
     server.add_tool(late)
-    await ctx.notify_tools_changed()
+    if ctx.protocol_version in ("2026-07-28",):
+        await ctx.notify_tools_changed()  # to the client's subscriptions/listen stream
+    else:
+        await ctx.session.send_tool_list_changed()  # the 2025 protocol: unsolicited
     return "grown"
+
+
+async def serve_legacy() -> None:
+    """Serve the handshake era only over stdio (the SDK's loop driver for that era)."""
+    lowlevel = server._lowlevel_server  # the SDK's own client reaches it the same way
+    async with stdio_server() as (read, write), lowlevel.lifespan(lowlevel) as state:
+        await serve_loop(lowlevel, read, write, lifespan_state=state,
+                         init_options=lowlevel.create_initialization_options())
 
 
 def main() -> None:
     log(started=os.getpid())
-    if sys.argv[1] == "stdio":
+    if sys.argv[1:] == ["stdio", "legacy"]:
+        asyncio.run(serve_legacy())
+    elif sys.argv[1] == "stdio":
         server.run("stdio")
     else:
         import uvicorn

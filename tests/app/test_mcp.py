@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,15 @@ def mcp_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> McpLog:
 
 
 @pytest.fixture
-def servers(settings: Any, fake: FakeProvider) -> Callable[..., None]:
-    """Configure the MCP servers (``JXAI_MCP_SERVERS``) after ``fake`` set up the models."""
+def servers(settings: Any, fake: FakeProvider) -> Callable[..., Awaitable[None]]:
+    """Configure the MCP servers (``JXAI_MCP_SERVERS``, after ``fake`` set up the models) and
+    let this worker connect them, as its first request would (``mcp_tools.sync``): a child's
+    start takes seconds on a loaded machine, which the turns' own waits should not count."""
     settings.JXAI_MCP_ALLOW_INTERNAL = True
 
-    def configure(*entries: dict[str, Any]) -> None:
+    async def configure(*entries: dict[str, Any]) -> None:
         settings.JXAI_MCP_SERVERS = list(entries)
+        await mcp_tools.sync()
 
     return configure
 
@@ -71,7 +74,7 @@ async def _turn(user: Any, text: str) -> tuple[Tab, dict[str, Any], list[dict[st
     """One turn on a fresh tab: the tab, ``turn_end`` and the ``tool_result`` events."""
     tab = await Tab(user).open()
     await tab.send(type="send", conversationId=None, text=text)
-    end = await tab.until_event("turn_end")
+    end = await tab.until_event("turn_end", timeout=30)
     await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] != "streaming")
     results = [i["event"] for i in tab.events() if i["event"]["type"] == "tool_result"]
     await tab.close()
@@ -87,7 +90,7 @@ def _health(name: str) -> Any:
 async def test_stdio_tools_are_discovered_and_called_through_a_turn(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers(stdio_server())
+    await servers(stdio_server())
     fake.add(tool_script("call_1", "local__add", {"a": 2, "b": "3"}), text_script(["It is 5."]))
     _, end, [result] = await _turn(user, "Add 2 and 3.")
 
@@ -111,7 +114,7 @@ async def test_stdio_tools_are_discovered_and_called_through_a_turn(
 async def test_images_resources_and_server_errors_become_our_results(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers(stdio_server())
+    await servers(stdio_server())
     fake.add(tool_script("call_1", "local__picture", {}), tool_script("call_2", "local__fail", {"reason": "no disk"}),
              text_script(["Done."]))
     _, end, [picture, failed] = await _turn(user, "Show a picture, then fail.")
@@ -130,7 +133,7 @@ async def test_images_resources_and_server_errors_become_our_results(
 async def test_schema_validation_refuses_bad_arguments_before_the_server_sees_them(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers(stdio_server())
+    await servers(stdio_server())
     fake.add(tool_script("call_1", "local__add", {"a": "two"}), text_script(["Sorry."]))
     _, _, [result] = await _turn(user, "Add.")
 
@@ -140,10 +143,16 @@ async def test_schema_validation_refuses_bad_arguments_before_the_server_sees_th
     assert mcp_log.calls("add") == []
 
 
+@pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
 async def test_a_tool_added_at_run_time_appears_after_list_changed(
-    user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
+    user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog, era: str
 ) -> None:
-    servers(stdio_server())
+    """Both protocol eras: a 2026-07-28 server sends the change on the ``subscriptions/listen``
+    stream the client opened; a 2025 one (the handshake only) sends it unasked."""
+    config = stdio_server()
+    if era != "2026-07-28":
+        config["args"].append("legacy")
+    await servers(config)
     fake.add(tool_script("call_1", "local__grow", {}), text_script(["Grown."]))
     _, _, [grown] = await _turn(user, "Grow.")
     assert grown["success"] is True and "local__late" not in _offered(fake.requests[0].json)
@@ -155,20 +164,20 @@ async def test_a_tool_added_at_run_time_appears_after_list_changed(
     offered = _offered(fake.requests[2].json)
     assert offered["local__late"]["description"] == "A tool added at run time."
     assert late["success"] is True and late["result"]["data"] == {"result": "HI"}
-    assert _health("local").tool_count == 8
+    assert _health("local").tool_count == 8 and _health("local").protocol_version == era
 
 
 async def test_a_server_killed_mid_turn_gives_a_failed_result_and_reconnects(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers(stdio_server())
+    await servers(stdio_server())
     fake.add(tool_script("call_1", "local__slow", {"seconds": 120}), text_script(["It failed."]))
     tab = await Tab(user).open()
     await tab.send(type="send", conversationId=None, text="Wait long.")
     await eventually(lambda: mcp_log.calls("slow"), "the slow call to reach the server")
     [first_pid] = mcp_log.pids()
     os.kill(first_pid, signal.SIGKILL)
-    end = await tab.until_event("turn_end")
+    end = await tab.until_event("turn_end", timeout=30)
     [result] = [i["event"] for i in tab.events() if i["event"]["type"] == "tool_result"]
     await tab.close()
 
@@ -185,7 +194,7 @@ async def test_a_server_killed_mid_turn_gives_a_failed_result_and_reconnects(
 async def test_a_server_that_is_down_fails_calls_at_once(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog, http_server: HttpServer
 ) -> None:
-    servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 5})
+    await servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 5})
     fake.add(tool_script("call_1", "remote__add", {"a": 1, "b": 2}), text_script(["3."]))
     _, _, [working] = await _turn(user, "Add.")
     assert working["success"] is True
@@ -202,7 +211,7 @@ async def test_a_server_that_is_down_fails_calls_at_once(
 async def test_tool_policies_caps_and_timeouts_apply_to_mcp_tools(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers(stdio_server())
+    await servers(stdio_server())
     auditors = await Group.objects.acreate(name="auditors")
     echo_policy = await ToolPolicy.objects.acreate(tool_name="local__echo")
     await echo_policy.allowed_groups.aadd(auditors)
@@ -229,7 +238,7 @@ async def test_an_http_server_gets_the_user_id_and_configured_headers_and_lists_
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JXAI_TEST_TEAM", "blue")
-    servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 30,
+    await servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 30,
              "headers": {"X-Team": "JXAI_TEST_TEAM"}, "pass_user_id": True})
     fake.add(tool_script("call_1", "remote__echo", {"text": "hi"}), tool_script("call_2", "remote__grow", {}),
              text_script(["Hi."]))
@@ -244,8 +253,8 @@ async def test_an_http_server_gets_the_user_id_and_configured_headers_and_lists_
 async def test_without_the_setting_an_internal_http_server_is_refused(
     user: Any, servers: Any, settings: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog, http_server: HttpServer
 ) -> None:
-    servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 5})
     settings.JXAI_MCP_ALLOW_INTERNAL = False
+    await servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 5})
     fake.add(text_script(["No tools."]))
     await _turn(user, "Hello.")
 
@@ -258,7 +267,7 @@ async def test_without_the_setting_an_internal_http_server_is_refused(
 async def test_a_server_added_in_admin_reaches_the_next_turn_and_a_removed_one_leaves(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog
 ) -> None:
-    servers()
+    await servers()
     fake.add(text_script(["None yet."]))
     await _turn(user, "Hello.")
     config = stdio_server("admin-made")

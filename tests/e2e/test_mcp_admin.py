@@ -41,7 +41,7 @@ def test_an_mcp_server_added_in_admin_lists_its_tools_with_their_server(open_pag
     try:
         page.goto(REGISTERED)
         page.get_by_test_id("refresh-mcp").click()  # this worker reads the new row and connects
-        page.wait_for_url(f"**{REGISTERED}")
+        page.wait_for_url(f"**{REGISTERED}", timeout=40_000)  # the child's start: seconds on a loaded machine
         assert page.locator("ul.messagelist .success").count() == 1
         server = page.locator("#mcp-servers tr[data-server='e2e']")
         assert server.locator(".jxai-state").inner_text() == "connected"
@@ -56,7 +56,7 @@ def test_an_mcp_server_added_in_admin_lists_its_tools_with_their_server(open_pag
         page.goto("/")
         wait_connected(tab)
         send(tab, "[tool e2e__html]")
-        page.get_by_text("(from the calculator)").wait_for()  # the scripted answer after a tool round
+        page.get_by_text("(from the calculator)").wait_for(timeout=30_000)  # the scripted answer after the call
         card = page.get_by_test_id("tool-call")
         card.locator("summary", has_text="Result").click()  # open the result, as a person would
         result = card.locator(".tool-result-text")
@@ -68,6 +68,6 @@ def test_an_mcp_server_added_in_admin_lists_its_tools_with_their_server(open_pag
         McpServer.objects.filter(name="e2e").delete()
         page.goto(REGISTERED)
         page.get_by_test_id("refresh-mcp").click()  # the worker closes the session: the child ends
-        page.wait_for_url(f"**{REGISTERED}")
+        page.wait_for_url(f"**{REGISTERED}", timeout=40_000)
     assert page.locator("#mcp-servers").count() == 0
     assert_clean(tab)

@@ -347,7 +347,8 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
         (reconnecting those that are down) in the worker process serving this request."""
         if request.method != "POST" or not self.has_view_permission(request):
             raise PermissionDenied
-        if mcp_tools.refresh_from_thread(timeout=max([c.timeout for c in mcp_tools.server_configs()] + [5.0])):
+        # A new server's first attempt, then a listing or a reconnection: each within its timeout.
+        if mcp_tools.refresh_from_thread(timeout=2 * max([c.timeout for c in mcp_tools.server_configs()] + [5.0])):
             self.message_user(request, "MCP servers refreshed in this worker process.", messages.SUCCESS)
         else:
             self.message_user(request, "This worker process has not started its MCP sessions yet (they start "

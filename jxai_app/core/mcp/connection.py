@@ -25,6 +25,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
@@ -320,11 +321,10 @@ class McpConnection:
             result = await client.call_tool(tool, arguments, meta=meta)
         except asyncio.CancelledError:
             raise
-        except MCPError as exc:
-            if exc.error.code == types.CONNECTION_CLOSED:
+        except Exception as exc:  # an error answer, a broken transport, or an answer that does not fit its schema
+            broken = (exc.error.code == types.CONNECTION_CLOSED if isinstance(exc, MCPError)
+                      else isinstance(exc, (OSError, anyio.ClosedResourceError, anyio.BrokenResourceError)))
+            if broken:  # reconnect; the tools of the last listing stay offered meanwhile
                 self._lost(_message(exc))
-            return tool_error(f'MCP server "{name}" failed the call: {_message(exc)}')
-        except Exception as exc:  # the transport broke, or the answer did not parse
-            self._lost(_message(exc))
             return tool_error(f'MCP server "{name}" failed the call: {_message(exc)}')
         return tool_result(name, tool, result)

@@ -67,16 +67,21 @@ def server_configs() -> list[McpServerConfig]:
 async def sync() -> McpTools | None:
     """This loop's manager with its servers brought in line with the configuration (module
     docstring), made when the first server is configured; ``None`` while none is. Waits for
-    the first connection attempt of a server it starts (at most that server's timeout)."""
+    the first connection attempt of a server it starts (at most that server's timeout).
+
+    The configuration is read without a lock (turns starting together never wait for each
+    other); only a change takes the loop's lock, so two turns never apply it twice."""
     loop = asyncio.get_running_loop()
     _latest_loop[:] = [loop]
-    lock = _locks.setdefault(loop, asyncio.Lock())
-    async with lock:
-        configs = await db_request(server_configs)
+    configs = await db_request(server_configs)
+    manager = _managers.get(loop)
+    if manager is None and not configs:
+        return None
+    if manager is not None and configs == manager.configs:
+        return manager
+    async with _locks.setdefault(loop, asyncio.Lock()):
         manager = _managers.get(loop)
         if manager is None:
-            if not configs:
-                return None
             from jxai_app.core.mcp.manager import McpTools  # the SDK (a second to import), on first use
 
             manager = _managers[loop] = McpTools(conf.get_tool_registry(), [],

@@ -5,10 +5,11 @@ Servers come from ``conf.get_mcp_servers()`` (the JSON file or variable) and fro
 ``McpServer`` rows of admin; a row replaces a file entry of the same name. Each worker
 process keeps one :class:`~jxai_app.core.mcp.McpTools` on its event loop, made on first use:
 
-- :func:`sync` runs before every turn (``turns.control.start_turn``): it reads the
-  configuration (one query) and starts, closes or restarts the servers whose configuration
-  changed, so an edit in admin reaches every worker at its next turn. Nothing else starts a
-  server: management commands, migrations and tests that run no turn never spawn one.
+- every turn reads the configuration in the database thread that saves its message (one
+  query, ``turns.control.start_turn``) and :func:`apply` starts, closes or restarts the
+  servers whose configuration changed, so an edit in admin reaches every worker at its next
+  turn. Nothing else starts a server: management commands, migrations and tests that run no
+  turn never spawn one.
 - ``project/asgi.py`` calls :func:`sync` once in the background at the worker's first
   request, so admin's page shows the servers of a worker that has run no turn yet.
 - :func:`close` ends this loop's sessions (the hub's shutdown; a stdio child ends with its
@@ -34,7 +35,7 @@ from jxai_app.store.dbsync import db_request
 if TYPE_CHECKING:
     from jxai_app.core.mcp.manager import McpTools
 
-__all__ = ["StartOnFirstRequest", "close", "current", "refresh_from_thread", "server_configs", "sync"]
+__all__ = ["StartOnFirstRequest", "apply", "close", "current", "refresh_from_thread", "server_configs", "sync"]
 
 logger = logging.getLogger("jxai_app.mcp")
 
@@ -64,21 +65,29 @@ def server_configs() -> list[McpServerConfig]:
     return list(configs.values())
 
 
-async def sync() -> McpTools | None:
-    """This loop's manager with its servers brought in line with the configuration (module
-    docstring), made when the first server is configured; ``None`` while none is. Waits for
-    the first connection attempt of a server it starts (at most that server's timeout).
+async def sync() -> bool:
+    """Read the configuration (a database thread) and :func:`apply` it."""
+    return await apply(await db_request(server_configs))
 
-    The configuration is read without a lock (turns starting together never wait for each
-    other); only a change takes the loop's lock, so two turns never apply it twice."""
+
+async def apply(configs: list[McpServerConfig]) -> bool:
+    """Bring this loop's servers in line with ``configs`` (from :func:`server_configs`): start,
+    close or restart the servers whose configuration changed, making the loop's manager when
+    the first server is configured. Waits for the first connection attempt of a server it
+    starts (at most that server's timeout).
+
+    Returns:
+        True when a server was started, closed or restarted (the registry's MCP tools may
+        have changed); False when everything already matched.
+
+    Comparing takes no lock (turns starting together never wait for each other); only a
+    change takes the loop's lock, so two turns never apply it twice.
+    """
     loop = asyncio.get_running_loop()
     _latest_loop[:] = [loop]
-    configs = await db_request(server_configs)
     manager = _managers.get(loop)
-    if manager is None and not configs:
-        return None
-    if manager is not None and configs == manager.configs:
-        return manager
+    if (manager.configs if manager is not None else []) == configs:
+        return False
     async with _locks.setdefault(loop, asyncio.Lock()):
         manager = _managers.get(loop)
         if manager is None:
@@ -86,9 +95,10 @@ async def sync() -> McpTools | None:
 
             manager = _managers[loop] = McpTools(conf.get_tool_registry(), [],
                                                  allow_internal=conf.mcp_allow_internal())
-        if configs != manager.configs:
-            await manager.reconfigure(configs)
-    return manager
+        if configs == manager.configs:
+            return False
+        await manager.reconfigure(configs)
+    return True
 
 
 async def close() -> None:
@@ -114,7 +124,8 @@ def refresh_from_thread(timeout: float) -> bool:
         return False
 
     async def run() -> None:
-        manager = await sync()
+        await sync()
+        manager = _managers.get(asyncio.get_running_loop())
         if manager is not None:
             await manager.refresh()
 

@@ -105,16 +105,16 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool) -> tuple[store.TurnStart, Any,
-                                                                                               ModelConfig]:
-    """The send (one transaction), then the turn's model and tool view."""
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None,
+           admit: bool) -> tuple[store.TurnStart, Any, ModelConfig, list[Any]]:
+    """The send (one transaction), then the turn's model, tool view and MCP servers' configuration."""
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
     turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
                               model=None if new_model is None else new_model.alias, admit=admit,
                               lease=conf.get_turn_timing().lease)
     model = requested or _model(turn.model, fallback=True)
-    return turn, tool_view(user, model), model
+    return turn, tool_view(user, model), model, mcp_tools.server_configs()
 
 
 def _check_text(text: Any) -> str:
@@ -159,8 +159,9 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    await mcp_tools.sync()  # MCP servers in line with the configuration before the tool view is built
-    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    turn, tools, model, mcp_servers = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    if await mcp_tools.apply(mcp_servers):  # an MCP server started, closed or restarted (docs/mcp.md "Sessions")
+        tools = await db_request(tool_view, user, model)
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
                         system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
                         context_window=model.context_window)

@@ -38,7 +38,7 @@ def mcp_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> McpLog:
 @pytest.fixture
 def servers(settings: Any, fake: FakeProvider) -> Callable[..., Awaitable[None]]:
     """Configure the MCP servers (``JXAI_MCP_SERVERS``, after ``fake`` set up the models) and
-    let this worker connect them, as its first request would (``mcp_tools.sync``): a child's
+    let this worker connect them, as its first request does (``mcp_tools.sync``): a child's
     start takes seconds on a loaded machine, which the turns' own waits should not count."""
     settings.JXAI_MCP_ALLOW_INTERNAL = True
 

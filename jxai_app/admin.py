@@ -12,6 +12,7 @@ chat, never in admin. Every value is rendered through Django's auto-escaping
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -22,18 +23,18 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app import conf
+from jxai_app import conf, mcp_tools
 from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
 from jxai_app.models import (
-    ApiToken, Conversation, FeedbackRating, Message, MessageFeedback, Note, ToolPolicy, UsageLedger, UserLimits,
-    UserSettings,
+    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ToolPolicy, UsageLedger,
+    UserLimits, UserSettings,
 )
 from jxai_app.store import conversations_export
 from jxai_app.store.feedback import feedback_of
@@ -392,12 +393,16 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
     def get_urls(self) -> list[URLPattern]:
         tools = path("registered/", self.admin_site.admin_view(self.registered_tools_view),
                      name="jxai_app_registered_tools")
-        return [tools, *super().get_urls()]
+        refresh = path("registered/refresh-mcp/", self.admin_site.admin_view(self.refresh_mcp_view),
+                       name="jxai_app_refresh_mcp")
+        return [tools, refresh, *super().get_urls()]
 
     def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
-        """Every tool of the registry: name, description, pretty parameters schema, strict,
-        llm_strict, effective timeout, and who may use it — the rule of
-        :mod:`jxai_app.policy.toolpolicy`, the same one that decides what a turn offers."""
+        """Every tool of the registry, grouped by source (built-in, a tool module, an MCP
+        server): name, description, pretty parameters schema, strict, llm_strict, effective
+        timeout, and who may use it — the rule of :mod:`jxai_app.policy.toolpolicy`, the same
+        one that decides what a turn offers. Above it, each MCP server's health as this
+        worker process sees it (docs/mcp.md "Health in admin")."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use
@@ -409,16 +414,70 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
             definitions = get_tool_registry().list()
         except Exception as exc:  # a misconfigured tool module must not break admin
             definitions, error = [], f"The tool registry could not be loaded: {exc}"
+        servers = mcp_tools.server_configs()
+        manager = mcp_tools.current()
+        mcp_sources = manager.sources() if manager is not None else {}
+        health = {h.name: h for h in manager.health()} if manager is not None else {}
+        builtin = conf.builtin_tool_names()
+        rank = {config.name: index for index, config in enumerate(servers, start=2)}
         for definition in definitions:
             rule = toolpolicy.rule_for(definition.name, rules)
+            server = mcp_sources.get(definition.name)
+            source = (f"MCP server {server}" if server is not None
+                      else "built-in" if definition.name in builtin else "tool module")
             rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
                          "policy": policies.get(definition.name), "who": toolpolicy.who_may_use(definition.name, rules),
                          "timeout": toolpolicy.effective_timeout(definition, rule),
-                         "approval": rule.describe_approval()})
+                         "approval": rule.describe_approval(), "source": source,
+                         "rank": rank.get(server, len(rank) + 2) if server is not None else int(source != "built-in")})
+        rows.sort(key=lambda row: row["rank"])  # stable: registry order inside each source
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
+                   "servers": [{"config": config, "health": health.get(config.name),
+                                "since": _from_timestamp(getattr(health.get(config.name), "connected_since", None))}
+                               for config in servers],
+                   "worker_has_sessions": manager is not None,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
+
+    def refresh_mcp_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: re-read the MCP servers' configuration and list their tools again
+        (reconnecting those that are down) in the worker process serving this request."""
+        if request.method != "POST" or not self.has_view_permission(request):
+            raise PermissionDenied
+        # A new server's first attempt, then a listing or a reconnection: each within its timeout.
+        if mcp_tools.refresh_from_thread(timeout=2 * max([c.timeout for c in mcp_tools.server_configs()] + [5.0])):
+            self.message_user(request, "MCP servers refreshed in this worker process.", messages.SUCCESS)
+        else:
+            self.message_user(request, "This worker process has not started its MCP sessions yet (they start "
+                                       "with its first request or turn), or a server did not answer in time.",
+                              messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:jxai_app_registered_tools"))
+
+
+@admin.register(McpServer)
+class McpServerAdmin(DeclaredFiltersOnly):
+    """MCP servers whose tools the assistant may use (docs/mcp.md). No secret is stored here:
+    environment variable *names* only. A change reaches each worker at its next turn. Only
+    superusers add, change or delete servers: a stdio server is a command each worker runs
+    (docs/security.md "MCP servers"); staff with the view permission see them."""
+
+    list_display = ("name", "enabled", "transport", "target", "timeout_seconds", "pass_user_id")
+    list_filter = ("enabled", "transport")
+    search_fields = ("name",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)  # a stdio server is a command every worker runs
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    @admin.display(description="command or URL")
+    def target(self, server: McpServer) -> str:
+        return server.url if server.transport == McpServer.Transport.STREAMABLE_HTTP else server.command
 
 
 @admin.register(UserSettings)
@@ -572,6 +631,10 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
         charts.append(stacked_bars("error-rate", "Provider requests that failed, % per day, last 30 days",
                                    usage_report.error_rate(rows, today=today), unit=lambda v: f"{v:.1f} %"))
         return charts
+
+
+def _from_timestamp(seconds: float | None) -> datetime.datetime | None:
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
 
 
 def _usage_link(user: Any) -> str:

@@ -33,6 +33,7 @@ from django.conf import settings
 
 from jxai_app.core.agent import AgentPolicy
 from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.mcp.config import McpServerConfig
 from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
@@ -221,6 +222,67 @@ def get_tool_registry() -> ToolRegistry:
             raise ConfigurationError(f"tool module {dotted!r} cannot be loaded: {exc}") from None
         register(registry)
     return registry
+
+
+def mcp_servers_from_env(environ: Mapping[str, str]) -> list[McpServerConfig]:
+    """MCP servers from ``JXAI_MCP_SERVERS_JSON`` (a JSON list, or ``{"servers": [...]}``)
+    or else ``JXAI_MCP_SERVERS_FILE`` (a file holding that JSON); ``[]`` when neither is set
+    (docs/mcp.md "Without admin: a JSON file").
+
+    Raises:
+        ConfigurationError: unreadable or invalid JSON, or a server the configuration refuses.
+    """
+    if environ.get("JXAI_MCP_SERVERS_JSON"):
+        source, text = "JXAI_MCP_SERVERS_JSON", environ["JXAI_MCP_SERVERS_JSON"]
+    elif environ.get("JXAI_MCP_SERVERS_FILE"):
+        source = f"JXAI_MCP_SERVERS_FILE {environ['JXAI_MCP_SERVERS_FILE']!r}"
+        try:
+            text = Path(environ["JXAI_MCP_SERVERS_FILE"]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"{source} is unreadable: {exc}") from None
+    else:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"{source} is not JSON: {exc}") from None
+    return mcp_servers_from_list(data.get("servers") if isinstance(data, dict) else data)
+
+
+def mcp_servers_from_list(entries: Any) -> list[McpServerConfig]:
+    """Configurations from a JSON list of server objects (:meth:`McpServerConfig.from_dict`).
+
+    Raises:
+        ConfigurationError: not a list, a bad entry, or two servers of one name.
+    """
+    if not isinstance(entries, list):
+        raise ConfigurationError("the MCP servers must be a JSON list of objects")
+    configs = [McpServerConfig.from_dict(entry) for entry in entries]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ConfigurationError("two MCP servers have the same name")
+    return configs
+
+
+def get_mcp_servers() -> list[McpServerConfig]:
+    """The MCP servers configured without admin: settings ``JXAI_MCP_SERVERS`` when set,
+    else the environment (:func:`mcp_servers_from_env`)."""
+    configured = getattr(settings, "JXAI_MCP_SERVERS", None)
+    if configured is not None:
+        return mcp_servers_from_list(list(configured))
+    return mcp_servers_from_env(os.environ)
+
+
+def mcp_allow_internal() -> bool:
+    """``JXAI_MCP_ALLOW_INTERNAL``: HTTP MCP servers may be on private or loopback addresses
+    (docs/security.md "MCP servers"; default off)."""
+    return bool(settings.JXAI_MCP_ALLOW_INTERNAL)
+
+
+@functools.cache
+def builtin_tool_names() -> frozenset[str]:
+    """The names of the built-in tools (admin groups the registry's tools by source)."""
+    return frozenset(defn.name for defn in default_registry(search=_search_conversations).list())
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ around them (API tokens, tool policies, limits, usage).
     UserLimits      per-user overrides of the rate limits and quotas
     UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
+    McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -489,3 +490,67 @@ class TurnAdmission(models.Model):
 
     def __str__(self) -> str:
         return f"turn of {self.user_id} at {self.at:%H:%M:%S}"
+
+
+class McpServer(models.Model):
+    """An MCP server whose tools the assistant may use (docs/mcp.md "Configuring a server").
+
+    No secret is stored: a stdio server lists the *names* of the environment variables its
+    process gets, an HTTP server maps each header to the *name* of the variable holding its
+    value. :meth:`to_config` gives the core's :class:`~jxai_app.core.mcp.McpServerConfig`.
+    """
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (a command run by each worker)"
+        STREAMABLE_HTTP = "streamable-http", "streamable HTTP (a URL)"
+
+    name = models.CharField(max_length=24, unique=True,
+                            help_text="Letters, digits, '-' or single '_'; tools are named <name>__<tool>.")
+    enabled = models.BooleanField(default=True, help_text="Off: not connected, no tools.")
+    transport = models.CharField(max_length=20, choices=Transport.choices, default=Transport.STDIO)
+    command = models.CharField(max_length=500, blank=True, help_text="stdio: the program to run.")
+    arguments = models.JSONField(default=list, blank=True, help_text='stdio: its arguments, e.g. ["-m", "server"].')
+    env_names = models.JSONField(default=list, blank=True,
+                                 help_text='stdio: names of environment variables passed to it, e.g. ["GITHUB_TOKEN"].')
+    url = models.CharField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint, e.g. https://mcp.example.com/mcp.")
+    header_env = models.JSONField(
+        default=dict, blank=True,
+        help_text='streamable HTTP: header → name of the environment variable with its value, '
+                  'e.g. {"Authorization": "TICKETS_AUTH"}.')
+    timeout_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)],
+                                        help_text="Seconds for connecting and for each call.")
+    pass_user_id = models.BooleanField(default=False,
+                                       help_text="Send the requesting user's id with each call (header below over HTTP).")
+    user_header = models.CharField(max_length=64, default="X-Jxai-User")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_config(self) -> Any:
+        """This row as a :class:`~jxai_app.core.mcp.McpServerConfig`.
+
+        Raises:
+            ConfigurationError: a value the configuration refuses (see its checks).
+        """
+        from jxai_app.core.mcp import McpServerConfig
+
+        return McpServerConfig(
+            name=self.name, transport=self.transport, command=self.command,  # type: ignore[arg-type]
+            args=tuple(str(a) for a in self.arguments or ()), env_names=tuple(str(e) for e in self.env_names or ()),
+            url=self.url, header_env={str(k): str(v) for k, v in dict(self.header_env or {}).items()},
+            timeout=float(self.timeout_seconds), pass_user_id=self.pass_user_id, user_header=self.user_header,
+            enabled=self.enabled)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from jxai_app.core.errors import ConfigurationError
+
+        try:
+            self.to_config()
+        except (ConfigurationError, TypeError, ValueError) as exc:
+            raise ValidationError(str(exc)) from None

@@ -226,6 +226,12 @@ JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 # Staff who are not superusers issue API tokens for themselves only; on, also for users
 # without staff rights (jxai_app.policy.tokens).
 JXAI_STAFF_TOKENS_FOR_USERS = env_bool("JXAI_STAFF_TOKENS_FOR_USERS", False)
+# Issue 17 (tools from MCP servers, docs/mcp.md): servers come from admin (McpServer rows)
+# and from JXAI_MCP_SERVERS_JSON / JXAI_MCP_SERVERS_FILE, read by conf like the model
+# registry; JXAI_MCP_SERVERS (a list of dicts) replaces those two variables (tests). HTTP
+# servers on private or loopback addresses are refused unless JXAI_MCP_ALLOW_INTERNAL is on
+# (docs/security.md "MCP servers").
+JXAI_MCP_ALLOW_INTERNAL = env_bool("JXAI_MCP_ALLOW_INTERNAL", False)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider
 # variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,

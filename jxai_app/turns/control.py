@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 
 from django.db import transaction
 
-from jxai_app import conf, store
+from jxai_app import conf, mcp_tools, store
 from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
@@ -113,9 +113,9 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
 
 
 def _begin(user: Any, conversation_id: Any, text: str, alias: str | None,
-           admit: bool) -> tuple[store.TurnStart, Any, ModelConfig, str]:
-    """The send (one transaction), then the turn's model, tool view and system prompt (with
-    the user's custom instructions, docs/store.md "Custom instructions")."""
+           admit: bool) -> tuple[store.TurnStart, Any, ModelConfig, str, list[Any]]:
+    """The send (one transaction), then the turn's model, tool view, system prompt (with the
+    user's custom instructions, docs/store.md "Custom instructions") and MCP servers' configuration."""
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
     turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
@@ -123,7 +123,7 @@ def _begin(user: Any, conversation_id: Any, text: str, alias: str | None,
                               lease=conf.get_turn_timing().lease)
     model = requested or _model(turn.model, fallback=True)
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
-    return turn, tool_view(user, model), model, prompt
+    return turn, tool_view(user, model), model, prompt, mcp_tools.server_configs()
 
 
 def _check_text(text: Any) -> str:
@@ -168,7 +168,9 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    turn, tools, model, prompt = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    turn, tools, model, prompt, mcp_servers = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    if await mcp_tools.apply(mcp_servers):  # an MCP server started, closed or restarted (docs/mcp.md "Sessions")
+        tools = await db_request(tool_view, user, model)
     return _launch(hub, user, turn, tools, model, prompt, origin)
 
 
@@ -185,10 +187,10 @@ def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: M
                     conversation=conversation_dict(turn.conversation), runner=runner)
 
 
-def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig, str]:
+def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig, str, list[Any]]:
     model = _model(turn.model, fallback=True)
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
-    return tool_view(user, model, turn.prior_calls), model, prompt
+    return tool_view(user, model, turn.prior_calls), model, prompt, mcp_tools.server_configs()
 
 
 async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None = None,
@@ -202,7 +204,9 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
         turn: what :func:`jxai_app.store.approval_decide` or ``approvals_expire`` claimed.
     """
     hub = hub or get_hub()
-    tools, model, prompt = await db_request(_resume_parts, user, turn)
+    tools, model, prompt, mcp_servers = await db_request(_resume_parts, user, turn)
+    if await mcp_tools.apply(mcp_servers):  # this worker may not have had the turn's MCP sessions yet
+        tools = await db_request(tool_view, user, model, turn.prior_calls)
     logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
     return _launch(hub, user, turn, tools, model, prompt, origin)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Awaitable
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app import conf
+from jxai_app import conf, mcp_tools
 from jxai_app.ops import metrics
 from jxai_app.ops.memory import IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, \
     trim_available
@@ -248,6 +248,7 @@ class TurnHub:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await mcp_tools.close()  # this loop's MCP sessions (a stdio child ends with its session)
         await self.delivery.stop()
         metrics.forget_process()
 

@@ -19,6 +19,7 @@ The last message decides:
   ``[code]``   a sentence and a fenced Python block (:data:`CODE_ANSWER`), for highlighting and Copy;
   ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
                at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
+  ``[tool NAME]`` one streamed call of tool ``NAME`` with no arguments (an MCP tool, say);
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -119,6 +120,9 @@ class ScriptedModel:
             note = json.dumps({"text": text[len("[note]"):].strip()})
             return Script(writes=openai_tool_call_stream("call_note_1", "save_note", [note[:10], note[10:]],
                                                          usage=USAGE), delay=0.02)
+        if text.startswith("[tool ") and "]" in text:
+            name = text[len("[tool "):text.index("]")]
+            return Script(writes=openai_tool_call_stream("call_tool_1", name, ["{}"], usage=USAGE), delay=0.03)
         if text.startswith("[slow]"):
             words = [f"word{i} " for i in range(SLOW_WORDS)]
             return Script(writes=openai_text_stream(words, usage=USAGE), delay=SLOW_DELAY)

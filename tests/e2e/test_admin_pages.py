@@ -15,8 +15,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from jxai_app.models import ToolPolicy
-from tests.e2e.conftest import PASSWORD, BrowserPage
-from tests.e2e.steps import assert_clean, screenshot
+from tests.e2e.conftest import PASSWORD
+from tests.e2e.steps import admin_login, assert_clean, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -49,15 +49,6 @@ MEASURE = """() => {
 }"""
 
 
-def _admin_login(tab: BrowserPage, username: str, next_path: str) -> None:
-    page = tab.page
-    page.goto(f"/admin/login/?next={next_path}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"**{next_path}")
-
-
 def test_registered_tools_page_wraps_inside_a_1024_px_window(open_page: Any, live_db: None,
                                                              django_user_model: Any) -> None:
     team = Group.objects.create(name="analysts_" + "a" * 120)     # one unbroken 129-letter name
@@ -66,7 +57,7 @@ def test_registered_tools_page_wraps_inside_a_1024_px_window(open_page: Any, liv
     django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
 
     tab = open_page(viewport={"width": WIDTH, "height": 800})
-    _admin_login(tab, "root", REGISTERED)
+    admin_login(tab, "root", REGISTERED)
     page = tab.page
     page.locator("#registered-tools tbody tr[data-tool]").first.wait_for()
     assert page.locator("#registered-tools tbody tr[data-tool]").count() >= 3
@@ -93,7 +84,7 @@ def test_the_site_icon_answers_on_admin_and_app_pages(open_page: Any, live_db: N
                                                        django_user_model: Any) -> None:
     django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
     tab = open_page(viewport={"width": WIDTH, "height": 800})
-    _admin_login(tab, "root", "/admin/")
+    admin_login(tab, "root", "/admin/")
     page = tab.page
     icon = page.locator("link[rel=icon]")
     assert icon.count() == 1 and icon.get_attribute("type") == "image/svg+xml"
@@ -144,7 +135,7 @@ def test_a_conversation_page_keeps_a_long_transcript_inside_a_1280_px_window(ope
     path = f"/admin/jxai_app/conversation/{conversation.pk}/change/"
 
     tab = open_page(viewport={"width": 1280, "height": 900})
-    _admin_login(tab, "root", path)
+    admin_login(tab, "root", path)
     page = tab.page
     page.locator(".jxai-transcript td.field-content").first.wait_for()
     seen = page.evaluate(TRANSCRIPT)

@@ -218,6 +218,11 @@ class ToolRegistry(ToolView):
         self._tools[defn.name] = defn
         return defn
 
+    def unregister(self, name: str) -> ToolDefinition | None:
+        """Remove tool ``name`` (a source whose tools change at run time: MCP servers,
+        docs/mcp.md "Sessions"); returns the removed definition, or ``None`` when absent."""
+        return self._tools.pop(name, None)
+
     def list(self) -> list[ToolDefinition]:
         return list(self._tools.values())
 

@@ -162,7 +162,7 @@ def test_a_conversation_with_hundreds_of_messages_keeps_a_usable_page(open_page:
                 content=f"message number {i:03d} " + "and some words " * 8) for i in range(400)])
     path = f"/admin/jxai_app/conversation/{conversation.pk}/change/"
     tab = open_page(viewport={"width": 1280, "height": 900})
-    _admin_login(tab, "root", path)
+    admin_login(tab, "root", path)
     page = tab.page
     rows = page.locator(".jxai-transcript tbody tr.has_original")
     assert rows.count() == 25

@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from jxai_app import conf
 from jxai_app.policy import tokens, toolpolicy
 from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
-from jxai_app.store import conversations_export
+from jxai_app.store import active_path, conversations_export
 from jxai_app.store.wire import with_tool_calls
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
@@ -95,7 +95,7 @@ class MessageInline(admin.TabularInline):
     show_change_link = False
     ordering = ("position",)
     classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
-    fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
+    fields = ("position", "parent", "role", "status", "content", "reasoning_content", "tool_call_id",
               "calls", "stop_reason", "usage", "created_at")
     readonly_fields = fields
 
@@ -197,8 +197,8 @@ class ConversationAdmin(DeclaredFiltersOnly):
         return [transcript, *super().get_urls()]
 
     def transcript_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """A readable, escaped transcript: every message, reasoning, and each call with its
-        arguments and result pretty-printed."""
+        """A readable, escaped transcript of the active path (docs/store.md "Branches"): every
+        message, reasoning, and each call with its arguments and result pretty-printed."""
         if not can_read_content(request):
             raise PermissionDenied
         conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=object_id)
@@ -206,7 +206,7 @@ class ConversationAdmin(DeclaredFiltersOnly):
             {"message": m, "calls": [{"call": c, "arguments": pretty_json(c.arguments),
                                       "result": None if c.finished_at is None else pretty_json(c.result)}
                                      for c in m.tool_calls.all()]}
-            for m in with_tool_calls(conversation.messages.order_by("position"))
+            for m in active_path(conversation).messages
         ]
         context = {
             **self.admin_site.each_context(request),

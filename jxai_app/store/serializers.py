@@ -10,7 +10,8 @@ no framework beyond the models. Shapes::
     message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
                    "toolCalls": [{"id", "name", "arguments", "result", "success"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
-                   "createdAt"}
+                   "createdAt", "parentId": int|None, "branch": {"index", "count", "prev", "next"},
+                   "stopped": bool}
 
 Dates are ISO 8601 strings. ``status`` of a message is ``streaming`` only for a live
 turn's placeholder (content as of its last flush), which appears only in a snapshot taken
@@ -20,9 +21,10 @@ from the database when no runner answered (see :mod:`jxai_app.turns.session`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from jxai_app.models import Conversation, Message, MessageRole
+from jxai_app.store.branches import ONLY_CHILD, Siblings
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -74,9 +76,10 @@ def conversation_dict(conversation: Conversation) -> dict[str, Any]:
     }
 
 
-def message_dict(message: Message) -> dict[str, Any]:
+def message_dict(message: Message, siblings: Siblings | None = None) -> dict[str, Any]:
     """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
-    when serialising many (``jxai_app.store.message_list`` does)."""
+    when serialising many (``jxai_app.store.message_list`` does). ``siblings``: where it
+    sits among its parent's children (docs/websocket.md "Branches"; default: no branch)."""
     calls = []
     if message.role == MessageRole.ASSISTANT:
         calls = [
@@ -94,12 +97,17 @@ def message_dict(message: Message) -> dict[str, Any]:
         "stopReason": message.stop_reason,
         "status": message.status,
         "createdAt": _iso(message.created_at),
+        "parentId": message.parent_id,
+        "branch": (siblings or ONLY_CHILD).as_dict(),
+        "stopped": message.stopped,
     }
 
 
-def message_dicts(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Many messages, in the order given (system messages left out: the page never shows them)."""
-    return [message_dict(m) for m in messages if m.role != MessageRole.SYSTEM]
+def message_dicts(messages: Iterable[Message], siblings: Mapping[int, Siblings] | None = None) -> list[dict[str, Any]]:
+    """Many messages, in the order given (system messages left out: the page never shows
+    them), each with its siblings from ``siblings`` (by id; an active path's)."""
+    known = siblings or {}
+    return [message_dict(m, known.get(m.pk)) for m in messages if m.role != MessageRole.SYSTEM]
 
 
 def conversation_dicts(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:

@@ -81,7 +81,7 @@ class StoreUnavailable(Exception):
 
 def _read_message(pk: int) -> dict[str, Any] | None:
     message = store.message_by_id(pk)
-    return None if message is None else message_dict(message)
+    return None if message is None else message_dict(message, store.siblings_of(message))
 
 
 def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
@@ -247,7 +247,7 @@ class TurnRunner:
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
             self._publish({"type": "message_saved", "conversationId": self._cid,
-                           "message": message_dict(self.turn.user_message)})
+                           "message": message_dict(self.turn.user_message, self.turn.user_siblings)})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()

@@ -74,9 +74,10 @@ def _owned(user: Any, conversation_id: Any) -> uuid.UUID:
 
 def _load(user: Any, conversation_id: uuid.UUID) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
     """The conversation, its messages, and the id of its running turn (``None``: idle)."""
-    conversation, messages = store.message_list(user=user, conversation_id=conversation_id)
+    conversation, path = store.message_list(user=user, conversation_id=conversation_id)
     running = conversation.turn_id if conversation.status == ConversationStatus.STREAMING else None
-    return conversation_dict(conversation), message_dicts(messages), None if running is None else str(running)
+    return (conversation_dict(conversation), message_dicts(path.messages, path.siblings),
+            None if running is None else str(running))
 
 
 def _page(user: Any, before: str | None = None) -> dict[str, Any]:

@@ -448,6 +448,22 @@ class Session:
         await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
                                                 model_alias=model, origin=self, hub=self.hub))
 
+    async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None) -> None:
+        """``edit``: a new branch beside user message ``message_id`` with ``text``, and its turn."""
+        await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
+                                                model_alias=model, origin=self, hub=self.hub, replaces=message_id))
+
+    async def regenerate(self, conversation_id: str, message_id: int, model: str | None) -> None:
+        """``regenerate``: a new answer beside assistant message ``message_id``."""
+        await asyncio.shield(control.regenerate_turn(user=self.user, conversation_id=conversation_id,
+                                                     message_id=message_id, model_alias=model, origin=self,
+                                                     hub=self.hub))
+
+    async def switch_branch(self, conversation_id: str, message_id: int) -> None:
+        """``switch_branch``: show the branch through ``message_id``; every tab gets a ``snapshot``."""
+        await control.branch_switch(user=self.user, conversation_id=conversation_id, message_id=message_id,
+                                    hub=self.hub)
+
     async def retry(self, conversation_id: str) -> None:
         """``retry``: drop the last exchange and send its text again."""
         await asyncio.shield(control.retry_turn(user=self.user, conversation_id=conversation_id, origin=self,

@@ -37,6 +37,9 @@ const state = {
 const transcript = new Transcript(ui.transcript, ui.empty, {
   onTurnError: (message) => showError(message, { retry: true }),
   onTurnEnd: (event) => turnEnded(event),
+  onSwitch: (messageId) => branchRequest({ type: "switch_branch", messageId }, false),
+  onEdit: (messageId, text) => branchRequest({ type: "edit", messageId, text, model: header.model }, true),
+  onRegenerate: (messageId) => branchRequest({ type: "regenerate", messageId, model: header.model }, true),
 });
 
 const sequencer = new TurnSequencer({
@@ -255,6 +258,26 @@ function retryTurn() {
   setStreaming(true);
 }
 
+/**
+ * Edit, regenerate or switch branch (docs/websocket.md "Branches"). The server answers every
+ * tab with a snapshot of the new path; `startsTurn`: a turn follows it. Returns true when sent.
+ */
+function branchRequest(frame, startsTurn) {
+  if (!state.currentId || state.streaming) return false;
+  if (!connection.send({ ...frame, conversationId: state.currentId })) {
+    showError("Not connected to the server; try again in a moment.", { retry: false });
+    return false;
+  }
+  hideError();
+  if (startsTurn) {
+    state.turnPending = true;
+    setStreaming(true);
+  }
+  return true;
+}
+
+const BRANCH_REQUESTS = new Set(["edit", "regenerate", "switch_branch"]);
+
 function handleErrorFrame(frame) {
   const problem = frame.problem || {};
   const text = problem.detail || frame.message || problem.title || "The server refused that.";
@@ -267,7 +290,7 @@ function handleErrorFrame(frame) {
     // A turn another tab started may be running here: keep showing it (and its Stop).
     setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
     if (isConflict(frame)) state.conflictShown = true;
-  } else if (frame.request === "retry") {
+  } else if (frame.request === "retry" || BRANCH_REQUESTS.has(frame.request)) {
     state.turnPending = false;
     setStreaming(false);
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });

@@ -62,33 +62,38 @@ def _siblings(pk: int, row: Sequence[int]) -> Siblings:
 
 
 class Tree:
-    """The shape of one conversation: parents, children in creation order, roles.
+    """The shape of one conversation: parents, children in creation order, roles, and the
+    active leaf as the database has it now.
 
     Args:
-        rows: ``(id, parent id, role, position)`` of every message, in position order.
+        rows: ``(id, parent id, role, position, the conversation's active leaf)`` of every
+            message, in position order.
     """
 
-    def __init__(self, rows: Iterable[tuple[int, int | None, str, int]]) -> None:
+    def __init__(self, rows: Iterable[tuple[int, int | None, str, int, int | None]]) -> None:
         self.parent: dict[int, int | None] = {}
         self.role: dict[int, str] = {}
         self.children: dict[int | None, list[int]] = {}
         self.next_position = 0
         """The position a new message takes (after the newest)."""
-        for pk, parent, role, position in rows:
+        leaf: int | None = None
+        for pk, parent, role, position, leaf in rows:
             self.parent[pk], self.role[pk] = parent, role
             self.children.setdefault(parent, []).append(pk)
             self.next_position = position + 1
+        self.leaf = leaf if leaf in self.parent else None
+        """Where the active path ends; ``None``: the path is empty (a new message starts a new root)."""
 
     @classmethod
     def of(cls, conversation_id: uuid.UUID) -> Tree:
         """The conversation's tree (one query, no content)."""
         return cls(Message.objects.filter(conversation_id=conversation_id).order_by("position")
-                   .values_list("pk", "parent_id", "role", "position"))
+                   .values_list("pk", "parent_id", "role", "position", "conversation__active_leaf_id"))
 
-    def end(self, leaf_id: int | None) -> int | None:
-        """Where the active path ends: ``leaf_id`` when it is a message of this tree, else
-        ``None`` (the path is empty: a new message starts a new root)."""
-        return leaf_id if leaf_id in self.parent else None
+    @property
+    def active(self) -> list[int]:
+        """The active path's ids, root first."""
+        return self.path(self.leaf)
 
     def path(self, leaf_id: int | None) -> list[int]:
         """Ids from the root down to ``leaf_id`` (empty for ``None``)."""
@@ -135,9 +140,10 @@ def path_messages(ids: Sequence[int]) -> list[Message]:
 
 
 def active_path(conversation: Conversation) -> ActivePath:
-    """The conversation's active path (three queries; no ownership check: the caller did it)."""
+    """The conversation's active path as saved now (three queries; no ownership check: the
+    caller did it)."""
     tree = Tree.of(conversation.pk)
-    ids = tree.path(tree.end(conversation.active_leaf_id))
+    ids = tree.active
     return ActivePath(messages=path_messages(ids), siblings={pk: tree.siblings(pk) for pk in ids})
 
 

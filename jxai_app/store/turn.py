@@ -83,7 +83,6 @@ def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model:
         if not lease_lapsed(conversation, lease=lease):
             raise conflict()
         turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
-        conversation.refresh_from_db(fields=["active_leaf"])
         claimable = Q()  # recovered just now, under the lock
     if admit:
         ratelimit.check_turn_allowed(user)
@@ -106,10 +105,14 @@ def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text:
     return changes["turn_id"]
 
 
+def _insert(message: Message) -> Message:
+    """One INSERT (the send's writes go through ``bulk_create``, one row each)."""
+    return Message.objects.bulk_create([message])[0]
+
+
 def _placeholder(conversation: Conversation, parent: Message, position: int, model: str | None) -> Message:
-    return Message.objects.create(conversation=conversation, parent=parent, position=position,
-                                  role=MessageRole.ASSISTANT, model=model or conversation.model,
-                                  status=MessageStatus.STREAMING)
+    return _insert(Message(conversation=conversation, parent=parent, position=position, role=MessageRole.ASSISTANT,
+                           model=model or conversation.model, status=MessageStatus.STREAMING))
 
 
 def message_send(
@@ -157,7 +160,7 @@ def message_send(
                                                           lease=lease)
         tree = Tree(()) if created else Tree.of(conversation.pk)
         if replaces is None:
-            parent_id = tree.end(conversation.active_leaf_id)
+            parent_id = tree.leaf
         elif replaces not in tree.parent:
             raise message_not_found()
         elif tree.role[replaces] != MessageRole.USER:
@@ -166,8 +169,8 @@ def message_send(
             parent_id = tree.parent[replaces]
         earlier = path_messages(tree.path(parent_id))
         position = tree.next_position
-        user_message = Message.objects.create(conversation=conversation, parent_id=parent_id, position=position,
-                                              role=MessageRole.USER, content=text)
+        user_message = _insert(Message(conversation=conversation, parent_id=parent_id, position=position,
+                                       role=MessageRole.USER, content=text))
         placeholder = _placeholder(conversation, user_message, position + 1, model)
         turn_id = _claim(conversation, claimable, placeholder, text, model)
     siblings = tree.children.get(parent_id, [])
@@ -253,7 +256,7 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
     if conversation.status == ConversationStatus.STREAMING:
         raise conflict()
     tree = Tree.of(conversation.pk)
-    path = tree.path(tree.end(conversation.active_leaf_id))
+    path = tree.active
     asked = [pk for pk in path if tree.role[pk] == MessageRole.USER]
     if not asked:
         return None

@@ -16,7 +16,7 @@ the turn's messages become the leaf one by one; an edit or a regenerate starts a
 branch and makes it the leaf; choosing a sibling moves the leaf to the newest message below
 it; when a turn's partial message is dropped the leaf goes back to the last message the
 turn kept (on Stop, to the answer shown before when the turn kept nothing: a stopped
-regenerate shows the previous answer again).
+regenerate shows the newest earlier answer again).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def leaf_after_drop(conversation_id: uuid.UUID, parent_id: int | None, *, stoppe
 
     An error ends the path at ``parent_id``, the last message the turn kept (Retry works from
     there; no query). A Stop ends it at the newest path below ``parent_id`` (a stopped
-    regenerate shows the previous answer again), and when the turn's question is left with
+    regenerate shows the newest earlier answer again), and when the turn's question is left with
     no answer at all, the question is marked ``stopped`` (two queries, one UPDATE).
     """
     if parent_id is None or not stopped:

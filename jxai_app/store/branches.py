@@ -154,24 +154,30 @@ def siblings_of(message: Message) -> Siblings:
     return _siblings(message.pk, row) if message.pk in row else ONLY_CHILD
 
 
-def leaf_after_drop(conversation_id: uuid.UUID, parent_id: int | None, *, stopped: bool) -> int | None:
+def leaf_after_drop(conversation_id: uuid.UUID, parent_id: int | None, *,
+                    stopped: bool) -> tuple[int | None, int | None]:
     """Where the active path ends once a turn's partial message, a child of ``parent_id``,
     was deleted (call it in that transaction; docs/store.md "What error and Stop remove").
 
     An error ends the path at ``parent_id``, the last message the turn kept (Retry works from
     there; no query). A Stop ends it at the newest path below ``parent_id`` (a stopped
-    regenerate shows the newest earlier answer again), and when the turn's question is left with
-    no answer at all, the question is marked ``stopped`` (two queries, one UPDATE).
+    regenerate shows the newest earlier answer again), and when the turn's question is left
+    with no answer at all, the question is marked ``stopped`` (two queries, one UPDATE).
+
+    Returns:
+        ``(leaf, question)``: the new active leaf, and the question just marked (``None``
+        when none was).
     """
     if parent_id is None or not stopped:
-        return parent_id
+        return parent_id, None
     tree = Tree.of(conversation_id)
     if parent_id not in tree.parent:
-        return None
+        return None, None
     question = tree.question_of(parent_id)
-    if question is not None and not tree.children.get(question):
-        Message.objects.filter(pk=question).update(stopped=True)
-    return tree.tip(parent_id)
+    if question is None or tree.children.get(question):
+        return tree.tip(parent_id), None
+    Message.objects.filter(pk=question).update(stopped=True)
+    return tree.tip(parent_id), question
 
 
 @transaction.atomic

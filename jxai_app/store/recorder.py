@@ -66,6 +66,8 @@ class TurnRecorder:
         self.lost = False
         """True once the rows showed the turn is no longer this recorder's."""
         self.ended = False
+        self.stopped_question: int | None = None
+        """Set by :meth:`cancel` when the Stop left the question with no answer (it is marked ``stopped``)."""
         self._token_count: int | None = None
 
     # ------------------------------------------------------------------ guards
@@ -239,14 +241,16 @@ class TurnRecorder:
         if self._token_count is not None:
             changes["token_count"] = self._token_count
             changes["context_warning"] = context_warning(self._token_count, self.context_window)
+        marked = None
         with transaction.atomic():
             if self.round_open and self.message_id is not None:
                 Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
-                changes["active_leaf_id"] = leaf_after_drop(self.conversation_id, self._before_round, stopped=stopped)
+                changes["active_leaf_id"], marked = leaf_after_drop(self.conversation_id, self._before_round,
+                                                                    stopped=stopped)
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
             if not written:
                 transaction.set_rollback(True)
         if not written:
             return self._lose()
-        self.ended, self.round_open = True, False
+        self.ended, self.round_open, self.stopped_question = True, False, marked
         return True

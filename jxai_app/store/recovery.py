@@ -96,7 +96,7 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
         parents = list(partial.values_list("parent_id", flat=True))
         if parents:
             partial.delete()
-            leaf = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
+            leaf, _ = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
             Conversation.objects.filter(pk=conversation_id).update(active_leaf_id=leaf)
     return bool(ended)
 

@@ -337,7 +337,8 @@ class TurnRunner:
             if outcome == "complete":
                 await self._save(recorder.end_turn)
             elif outcome == "cancelled":
-                await self._save(recorder.cancel)
+                if await self._save(recorder.cancel):
+                    await self._publish_message(recorder.stopped_question)  # its "Stopped" mark
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id

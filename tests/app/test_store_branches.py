@@ -166,7 +166,7 @@ def test_stop_of_a_regenerate_drops_it_and_shows_the_previous_answer(user: Any, 
     cid, _, second = chat
     feed = TurnFeed(store.answer_regenerate(user=user, conversation_id=cid, message_id=second.assistant_message_id))
     feed.add_delta("partial")
-    assert feed.cancel()
+    assert feed.cancel() and feed.stopped_question is None
     assert [c for _, c in _path(user, cid)][-2:] == ["Q2", "A2"]
     assert not Message.objects.get(pk=second.user_message.pk).stopped, "the question has its answer"
     assert not Message.objects.filter(content="partial").exists()
@@ -179,6 +179,7 @@ def test_stop_with_nothing_saved_marks_the_question_and_the_path_ends_there(user
     feed.add_delta("partial")
     assert feed.cancel()
     question = Message.objects.get(pk=turn.user_message.pk)
+    assert feed.stopped_question == question.pk
     assert question.stopped and Conversation.objects.get(pk=cid).active_leaf_id == question.pk
     assert _path(user, cid)[-1] == ("user", "Q3")
     later = store.message_send(user=user, conversation_id=cid, text="Q4")

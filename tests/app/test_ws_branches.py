@@ -120,3 +120,22 @@ async def test_a_failed_regenerate_keeps_the_answer_and_retry_loses_nothing(user
     assert saved == [("user", "Q1"), ("assistant", "A1"), ("user", "Q1")], "the first answer is kept"
     await one.close()
     await two.close()
+
+
+async def test_a_stop_that_saved_no_answer_marks_the_question_for_every_tab(user: Any, fake: FakeProvider,
+                                                                            hub: Any) -> None:
+    one, two, cid, _ = await _two_tabs_on_one_exchange(user, fake)
+    fake.add(text_script([f"w{i} " for i in range(40)], delay=0.05))
+    await one.send(type="send", conversationId=cid, text="Q2")
+    await two.until_event("delta")
+    await two.send(type="cancel", conversationId=cid)
+    for tab in (one, two):
+        marked = await tab.until(lambda f: f["type"] == "message_saved" and f["message"]["stopped"])
+        assert marked["message"]["content"] == "Q2"
+        await tab.until_event("turn_end", outcome="cancelled")
+    await one.send(type="subscribe", conversationId=cid)
+    snapshot = await one.until(lambda f: f["type"] == "snapshot")
+    assert [(m["content"], m["stopped"]) for m in snapshot["messages"]] == [("Q1", False), ("A1", False),
+                                                                             ("Q2", True)]
+    await one.close()
+    await two.close()

@@ -112,6 +112,7 @@ def test_a_stopped_answer_leaves_a_marker_that_survives_a_reload(logged_in: Any)
     ask(tab, "[slow] a story to stop", until="word3")
     page.get_by_test_id("stop").click()
     wait_idle(tab, timeout=5_000)
+    _question(tab, "a story to stop").get_by_test_id("stopped-marker").wait_for()   # live, from the server
     reload(tab)
     stopped = _question(tab, "a story to stop")
     marker = stopped.get_by_test_id("stopped-marker")

@@ -75,6 +75,17 @@ def test_edit_makes_a_branch_every_tab_follows_and_a_reload_keeps(open_page: Any
     leaf = Conversation.objects.get(pk=cid).active_leaf
     assert leaf is not None and leaf.parent.content == "edited question"
     assert Message.objects.filter(conversation_id=cid, role="user").count() == 3  # nothing was lost
+
+    edited = _question(tab, "edited question")                    # a refused edit keeps its text
+    edited.get_by_test_id("edit").click()
+    too_long = "x" * 32_001                                       # JXAI_MAX_MESSAGE_CHARS is 32,000
+    edited.get_by_test_id("edit-input").fill(too_long)
+    edited.get_by_test_id("edit-submit").click()
+    page.get_by_test_id("error").filter(has_text="longer than").wait_for()
+    assert edited.get_by_test_id("edit-input").input_value() == too_long
+    edited.get_by_test_id("edit-input").press("Escape")
+    edited.get_by_test_id("edit-input").wait_for(state="detached")
+    assert Message.objects.filter(conversation_id=cid, role="user").count() == 3
     assert_clean(tab, other)
 
 

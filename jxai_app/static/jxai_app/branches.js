@@ -63,9 +63,10 @@ export function setBranchControls(node, message, actions) {
 
 /**
  * Edit a user message in place: a text box with its text, Send and Cancel. `submit(text)`
- * returns true when the edit was sent (the editor closes; the server's snapshot follows).
+ * sends the edit; the editor stays until the server's snapshot of the new branch replaces
+ * the view, so a refused edit (an error banner) keeps the text.
  * @param {Element} node a user message element
- * @param {function(string): boolean} submit
+ * @param {function(string)} submit
  */
 export function openEditor(node, submit) {
   if (node.querySelector(":scope > .edit-form")) return;
@@ -89,7 +90,7 @@ export function openEditor(node, submit) {
   };
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    if (input.value.trim() && submit(input.value)) close();
+    if (input.value.trim()) submit(input.value);
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Escape") {

@@ -260,20 +260,19 @@ function retryTurn() {
 
 /**
  * Edit, regenerate or switch branch (docs/websocket.md "Branches"). The server answers every
- * tab with a snapshot of the new path; `startsTurn`: a turn follows it. Returns true when sent.
+ * tab with a snapshot of the new path; `startsTurn`: a turn follows it.
  */
 function branchRequest(frame, startsTurn) {
-  if (!state.currentId || state.streaming) return false;
+  if (!state.currentId || state.streaming) return;
   if (!connection.send({ ...frame, conversationId: state.currentId })) {
     showError("Not connected to the server; try again in a moment.", { retry: false });
-    return false;
+    return;
   }
   hideError();
   if (startsTurn) {
     state.turnPending = true;
     setStreaming(true);
   }
-  return true;
 }
 
 const BRANCH_REQUESTS = new Set(["edit", "regenerate", "switch_branch"]);
@@ -290,7 +289,11 @@ function handleErrorFrame(frame) {
     // A turn another tab started may be running here: keep showing it (and its Stop).
     setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
     if (isConflict(frame)) state.conflictShown = true;
-  } else if (frame.request === "retry" || BRANCH_REQUESTS.has(frame.request)) {
+  } else if (BRANCH_REQUESTS.has(frame.request)) {
+    // Nothing changed here or on the server: an open editor keeps its text.
+    state.turnPending = false;
+    setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
+  } else if (frame.request === "retry") {
     state.turnPending = false;
     setStreaming(false);
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });

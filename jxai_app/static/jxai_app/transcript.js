@@ -27,7 +27,7 @@ export class Transcript {
    * @param {Element} root the transcript element (messages are its direct children)
    * @param {Element} emptyState shown while there is no message
    * @param {{onTurnError: function(string), onTurnEnd: function(object), onSwitch: function(number),
-   *          onEdit: function(number, string): boolean, onRegenerate: function(number)}} hooks
+   *          onEdit: function(number, string), onRegenerate: function(number)}} hooks
    *   (the last three: branches, see branches.js)
    */
   constructor(root, emptyState, hooks) {

@@ -8,15 +8,15 @@ active path is the transcript: what the page shows, what a request carries
 (:func:`~jxai_app.store.wire.to_messages`), admin's transcript and export.
 
 Reading the active path costs three queries whatever its length or the number of branches:
-the tree's shape (id, parent, role of every message; no content), the path's rows, their
-calls. The shape also gives each message's siblings (``‹ 2 / 3 ›`` on the page).
+the tree's shape (id, parent, role, position of every message; no content), the path's
+rows, their calls. The shape also gives each message's siblings (``‹ 2 / 3 ›`` on the page).
 
 The rules that move the leaf (docs/store.md "Branches"): a send appends to the leaf and
 the turn's messages become the leaf one by one; an edit or a regenerate starts a new
 branch and makes it the leaf; choosing a sibling moves the leaf to the newest message below
 it; when a turn's partial message is dropped the leaf goes back to the last message the
-turn kept (on Stop, to the answer shown before when the turn kept nothing: a stopped
-regenerate shows the newest earlier answer again).
+turn kept (on Stop, to the newest path below it: a stopped regenerate shows the newest
+earlier answer again).
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ class Tree:
         """Ids from the root down to ``leaf_id`` (empty for ``None``)."""
         out: list[int] = []
         node = leaf_id
-        while node is not None:
+        while node is not None and len(out) <= len(self.parent):  # a hand-made cycle cannot hang it
             out.append(node)
-            node = self.parent[node]
+            node = self.parent.get(node)
         out.reverse()
         return out
 

@@ -99,9 +99,9 @@ class Tree:
         """Ids from the root down to ``leaf_id`` (empty for ``None``)."""
         out: list[int] = []
         node = leaf_id
-        while node is not None and len(out) <= len(self.parent):  # a hand-made cycle cannot hang it
+        while node in self.parent and len(out) <= len(self.parent):  # hand-made rows cannot hang it
             out.append(node)
-            node = self.parent.get(node)
+            node = self.parent[node]
         out.reverse()
         return out
 

@@ -99,7 +99,7 @@ class Tree:
         """Ids from the root down to ``leaf_id`` (empty for ``None``)."""
         out: list[int] = []
         node = leaf_id
-        while node in self.parent and len(out) <= len(self.parent):  # hand-made rows cannot hang it
+        while node is not None and node in self.parent and len(out) <= len(self.parent):  # hand-made rows cannot hang it
             out.append(node)
             node = self.parent[node]
         out.reverse()

@@ -244,3 +244,20 @@ def test_switching_clears_the_error_and_keeps_updated_at(user: Any, chat: Any) -
     switched = store.branch_switch(user=user, conversation_id=cid, message_id=first.assistant_message_id)
     assert (switched.status, switched.last_error, switched.updated_at) == (ConversationStatus.IDLE, "", before)
     assert _path(user, cid)[-1] == ("user", "Q3"), "the newest path below A1"
+
+
+def test_admin_s_transcript_shows_the_active_path(user: Any, django_user_model: Any) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    conversation = store.conversation_create(user=user, model="gpt-4o")
+    first = _exchange(user, conversation.pk, "first-question", "first-answer")
+    _exchange(user, conversation.pk, "OLD-BRANCH-QUESTION", "OLD-BRANCH-ANSWER")
+    _answer(store.message_send(user=user, conversation_id=conversation.pk, text="EDITED-QUESTION",
+                               replaces=first.user_message.pk), "EDITED-ANSWER")
+    staff = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(staff)
+    body = client.get(reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])).content.decode()
+    assert "EDITED-QUESTION" in body and "EDITED-ANSWER" in body
+    assert "OLD-BRANCH" not in body and "first-answer" not in body, "another branch is not the transcript"

@@ -79,15 +79,20 @@ def test_twenty_concurrent_turns_finish_without_database_locked(user: Any) -> No
     assert ToolCall.objects.filter(success=True).count() == 20
 
 
+def _started(start: Callable[[], Any]) -> Any:
+    """What ``start()`` returned, or the slug of the problem it raised."""
+    try:
+        return start()
+    except ProblemError as exc:
+        return exc.slug
+
+
 def test_two_simultaneous_sends_to_one_conversation_give_one_turn(user: Any) -> None:
     for attempt in range(5):
         conversation = store.conversation_create(user=user, model="m")
 
         def send(i: int, cid: Any = conversation.pk) -> Any:
-            try:
-                return store.message_send(user=user, conversation_id=cid, text=f"tab {i}")
-            except ProblemError as exc:
-                return exc.slug
+            return _started(lambda: store.message_send(user=user, conversation_id=cid, text=f"tab {i}"))
 
         results, errors = _in_threads(2, send)
         assert errors == []
@@ -113,14 +118,7 @@ def test_a_send_an_edit_and_a_regenerate_at_once_give_one_turn(user: Any) -> Non
             lambda: store.answer_regenerate(user=user, conversation_id=conversation.pk,
                                             message_id=first.assistant_message_id, admit=False),
         ]
-
-        def start(i: int) -> Any:
-            try:
-                return starts[i]()
-            except ProblemError as exc:
-                return exc.slug
-
-        results, errors = _in_threads(3, start)
+        results, errors = _in_threads(3, lambda i: _started(starts[i]))
         assert errors == []
         winners = [r for r in results if isinstance(r, store.TurnStart)]
         assert len(winners) == 1 and results.count("conflict") == 2, (attempt, results)

@@ -36,7 +36,7 @@ from jxai_app.models import (
     ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ToolPolicy, UsageLedger,
     UserLimits, UserSettings,
 )
-from jxai_app.store import conversations_export
+from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.web.charts import stacked_bars
@@ -101,7 +101,7 @@ class MessageInline(admin.TabularInline):
     show_change_link = False
     ordering = ("position",)
     classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
-    fields = ("position", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
+    fields = ("position", "parent", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
     readonly_fields = fields
     PAGE_SIZE = 25
     """Messages shown per page of the inline (a conversation with hundreds stays usable;
@@ -294,8 +294,8 @@ class ConversationAdmin(DeclaredFiltersOnly):
         return [transcript, *super().get_urls()]
 
     def transcript_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """A readable, escaped transcript: every message, reasoning, and each call with its
-        arguments and result pretty-printed."""
+        """A readable, escaped transcript of the active path (docs/store.md "Branches"): every
+        message, reasoning, and each call with its arguments and result pretty-printed."""
         if not can_read_content(request):
             raise PermissionDenied
         conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=object_id)
@@ -304,7 +304,7 @@ class ConversationAdmin(DeclaredFiltersOnly):
              "calls": [{"call": c, "arguments": pretty_json(c.arguments),
                         "result": None if c.finished_at is None else pretty_json(c.result)}
                        for c in m.tool_calls.all()]}
-            for m in with_tool_calls(conversation.messages.order_by("position")).select_related("feedback")
+            for m in active_path(conversation).messages
         ]
         context = {
             **self.admin_site.each_context(request),

@@ -67,7 +67,7 @@ def session_check_seconds() -> float:
     (default 30; the threat model asks for "within a minute")."""
     return float(getattr(settings, "JXAI_WS_SESSION_CHECK_SECONDS", DEFAULT_SESSION_CHECK_SECONDS))
 
-_STR, _OPT_STR, _INT = "string", "string or null", "non-negative integer"
+_STR, _OPT_STR, _INT, _ID = "string", "string or null", "non-negative integer", "message id (positive integer)"
 _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
     # type → member → (kind, required)
     "send": {"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False)},
@@ -84,6 +84,10 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
     "search": {"query": (_STR, True)},
     "feedback": {"messageId": (_INT, True), "rating": (_OPT_STR, True), "comment": (_STR, False)},
     "instructions": {"text": (_STR, False)},
+    "edit": {"conversationId": (_STR, True), "messageId": (_ID, True), "text": (_STR, True),
+             "model": (_OPT_STR, False)},
+    "regenerate": {"conversationId": (_STR, True), "messageId": (_ID, True), "model": (_OPT_STR, False)},
+    "switch_branch": {"conversationId": (_STR, True), "messageId": (_ID, True)},
 }
 
 
@@ -98,7 +102,8 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, str) and _unicode(value)
     if kind == _OPT_STR:
         return value is None or (isinstance(value, str) and _unicode(value))
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    floor = 1 if kind == _ID else 0
+    return isinstance(value, int) and not isinstance(value, bool) and value >= floor
 
 
 def _invalid(detail: str) -> ProblemError:
@@ -279,6 +284,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             job = lambda: session.feedback(frame["messageId"], frame["rating"], frame.get("comment", ""))  # noqa: E731
         elif kind == "instructions":
             job = lambda: session.instructions(frame.get("text"))  # noqa: E731
+        elif kind == "edit":
+            job = lambda: session.edit(cid, frame["messageId"], frame["text"], frame.get("model") or None)  # noqa: E731
+        elif kind == "regenerate":
+            job = lambda: session.regenerate(cid, frame["messageId"], frame.get("model") or None)  # noqa: E731
+        elif kind == "switch_branch":
+            job = lambda: session.switch_branch(cid, frame["messageId"])  # noqa: E731
         else:
             job = lambda: session.list(frame.get("before"))  # noqa: E731
         session.submit(kind, cid, job)

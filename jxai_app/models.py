@@ -6,6 +6,7 @@ around them (API tokens, tool policies, limits, usage).
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
                      Message ──○ MessageFeedback   (the owner's thumbs up/down on an answer)
     UserSettings    per-user custom instructions (added to every new turn's system prompt)
+                     └─ parent: a tree of branches; Conversation.active_leaf ends the path shown
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
     Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
@@ -94,6 +95,10 @@ class Conversation(models.Model):
     context_warning = models.BooleanField(default=False)
     """On when ``token_count`` reached 80 % of the model's context window (docs/store.md
     "Usage and context tokens")."""
+    active_leaf = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    """The last message of the active path: the transcript shown, sent and exported is this
+    message and its ancestors (docs/store.md "Branches"); ``None``: an empty path (no message yet)."""
     turn_id = models.UUIDField(null=True, blank=True)
     """UUID of the running turn, ``None`` when none. Set by a send, cleared when the turn
     ends; guards every write of the turn runner so one turn runs per conversation across
@@ -127,8 +132,13 @@ class Message(models.Model):
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
     """The conversation it belongs to."""
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    """The message this one follows (``None`` for a first message); siblings are branches
+    (an edited question, a regenerated answer; docs/store.md "Branches")."""
     position = models.PositiveIntegerField()
-    """0-based order within the conversation; unique per conversation."""
+    """0-based order of creation within the conversation; unique per conversation. It grows
+    along every path, so a path in position order is its transcript."""
     role = models.CharField(max_length=16, choices=MessageRole.choices)
     """system / user / assistant / tool."""
     content = models.TextField(blank=True, default="")
@@ -151,6 +161,9 @@ class Message(models.Model):
         max_length=16, choices=MessageStatus.choices, default=MessageStatus.COMPLETE
     )
     """``streaming`` for the in-flight placeholder, ``complete`` otherwise."""
+    stopped = models.BooleanField(default=False)
+    """User messages only: the turn it started was stopped before any answer was saved (the
+    page shows "Stopped — no answer was saved"; docs/store.md "What error and Stop remove")."""
     created_at = models.DateTimeField(auto_now_add=True)
     """When the row was inserted."""
     updated_at = models.DateTimeField(auto_now=True)

@@ -9,11 +9,14 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_get(*, user, conversation_id) -> Conversation
     conversation_by_id(id), message_by_id(id), database_ping()      (no ownership: runner, watch)
     conversation_list(*, user) -> QuerySet[Conversation]                          (recent first)
-    message_list(*, user, conversation_id) -> (Conversation, [Message])
+    message_list(*, user, conversation_id) -> (Conversation, ActivePath)       (docs/store.md "Branches")
     conversation_page(*, user, before=None, size) -> (list[Conversation], next cursor | None)
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
-    message_send(*, user, conversation_id | None, text, model=None, admit=True, lease=6.0) -> TurnStart
+    message_send(*, user, conversation_id | None, text, model=None, admit=True, lease=6.0, replaces=None) -> TurnStart
+    answer_regenerate(*, user, conversation_id, message_id, model=None, admit=True, lease=6.0) -> TurnStart
+    branch_switch(*, user, conversation_id, message_id) -> Conversation
+    active_path(conversation) -> ActivePath {messages, siblings}; siblings_of(message) -> Siblings
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
@@ -34,6 +37,7 @@ A running turn writes through a :class:`TurnRecorder` (a few writes per round; s
 from __future__ import annotations
 
 from jxai_app.store.approval import Decided, approval_decide, approvals_expire, approvals_stop
+from jxai_app.store.branches import ActivePath, Siblings, active_path, branch_switch, siblings_of
 from jxai_app.store.common import LEASE_SECONDS
 from jxai_app.store.conversation import (
     conversation_create,
@@ -52,7 +56,7 @@ from jxai_app.store.instructions import instructions_get, instructions_set, syst
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_recover
 from jxai_app.store.search import conversation_search, message_search
-from jxai_app.store.turn import TurnStart, message_retry, message_send, turn_cancel
+from jxai_app.store.turn import TurnStart, answer_regenerate, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
     context_warning,
@@ -64,7 +68,9 @@ from jxai_app.store.usage import (
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [
-    "Decided", "approval_decide", "approvals_expire", "approvals_stop", "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
+    "ActivePath", "Decided", "LEASE_SECONDS", "Recovered", "Siblings", "TurnRecorder", "TurnStart", "active_path",
+    "answer_regenerate", "approval_decide", "approvals_expire", "approvals_stop", "branch_switch", "siblings_of",
+    "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "feedback_set",
     "instructions_get", "instructions_set", "message_search", "system_prompt_for", "lease_lapsed", "leases_renew",

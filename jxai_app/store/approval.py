@@ -28,7 +28,8 @@ from django.utils import timezone
 from jxai_app.core.agent import Decision
 from jxai_app.core.agent.calls import tool_message
 from jxai_app.core.problems import problem_error
-from jxai_app.models import ApprovalState, Conversation, ConversationStatus, Message, MessageRole, ToolCall
+from jxai_app.models import ApprovalState, Conversation, ConversationStatus, Message, ToolCall
+from jxai_app.store.branches import Tree
 from jxai_app.store.common import get_owned, storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.wire import to_messages
@@ -77,13 +78,23 @@ def _paused_round(conversation: Conversation) -> list[ToolCall]:
     return list(unanswered.filter(message__position=latest).order_by("position"))
 
 
-def _prior_calls(conversation: Conversation) -> dict[str, int]:
-    """Calls of the current turn that ran (not denied, not expired, not waiting), by tool
-    name, for the resumed turn's per-turn caps (docs/approval.md "Limits")."""
-    turn_start = (Message.objects.filter(conversation=conversation, role=MessageRole.USER)
-                  .aggregate(top=Max("position"))["top"])
-    ran = ToolCall.objects.filter(message__conversation=conversation, finished_at__isnull=False,
-                                  message__position__gt=-1 if turn_start is None else turn_start,
+def _paused_turn(conversation: Conversation) -> tuple[Tree, int, list[int], dict[int, int]]:
+    """The paused turn on the active path (nothing moves the leaf while a turn waits: sends,
+    edits, regenerates and branch switches are refused): the tree, the turn's question, the
+    ids of the turn's messages after it (root first) and their positions."""
+    tree = Tree.of(conversation.pk)
+    path = tree.active
+    question = None if tree.leaf is None else tree.question_of(tree.leaf)
+    assert question is not None  # a paused round follows its user message
+    turn_ids = path[path.index(question) + 1:]
+    positions = dict(Message.objects.filter(pk__in=turn_ids).values_list("pk", "position"))
+    return tree, question, turn_ids, positions
+
+
+def _prior_calls(turn_ids: list[int]) -> dict[str, int]:
+    """Calls of the turn (its messages ``turn_ids``) that ran (not denied, not expired, not
+    waiting), by tool name, for the resumed turn's per-turn caps (docs/approval.md "Limits")."""
+    ran = ToolCall.objects.filter(message_id__in=turn_ids, finished_at__isnull=False,
                                   approval_state__in=[ApprovalState.NONE, ApprovalState.APPROVED])
     return dict(Counter(ran.values_list("name", flat=True)))
 
@@ -110,14 +121,13 @@ def _resume(conversation: Conversation, calls: list[ToolCall], *, timeout: float
     if not claimed:
         return None
     conversation.status, conversation.turn_id, conversation.turn_heartbeat = ConversationStatus.STREAMING, turn_id, now
-    user_message = (Message.objects.filter(conversation=conversation, role=MessageRole.USER)
-                    .order_by("-position").first())
-    last = Message.objects.filter(conversation=conversation).order_by("-position").first()
-    assert user_message is not None and last is not None  # a paused round follows its user message
-    return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
-                     assistant_message_id=None, history=to_messages(conversation), created=False,
-                     resumed_after=last.pk, decisions=tuple(_decision(c, timeout) for c in calls),
-                     prior_calls=_prior_calls(conversation))
+    tree, question, turn_ids, positions = _paused_turn(conversation)
+    last = turn_ids[-1]
+    return TurnStart(conversation=conversation, turn_id=turn_id, user_message=Message.objects.get(pk=question),
+                     user_siblings=tree.siblings(question), assistant_message_id=None,
+                     assistant_position=positions[turn_ids[0]], history=to_messages(conversation), created=False,
+                     resumed_after=last, resumed_after_position=positions[last],
+                     decisions=tuple(_decision(c, timeout) for c in calls), prior_calls=_prior_calls(turn_ids))
 
 
 def approval_decide(*, user: Any, conversation_id: uuid.UUID | str, call_id: str, approved: bool,
@@ -200,6 +210,8 @@ def approvals_stop(*, user: Any, conversation_id: uuid.UUID | str) -> bool:
         if conversation.status != ConversationStatus.AWAITING_APPROVAL:
             return False
         now = timezone.now()
+        _, _, turn_ids, positions = _paused_turn(conversation)
+        tip = turn_ids[-1]
         for call in _paused_round(conversation):
             if call.approval_state == ApprovalState.AWAITING:
                 ToolCall.objects.filter(pk=call.pk).update(approval_state=ApprovalState.DENIED, decided_by=user,
@@ -208,7 +220,10 @@ def approvals_stop(*, user: Any, conversation_id: uuid.UUID | str) -> bool:
             else:  # decided, not run yet: the Stop comes first
                 refusal = _decision(call, 0).refusal or denial_text(STOPPED_REASON)
             content = tool_message(call.call_id, {"success": False, "error": refusal})["content"]
-            tool_result_insert(conversation_id=conversation.pk, call_id=call.call_id, content=content,
-                               success=False, now=now)
-        Conversation.objects.filter(pk=conversation.pk).update(status=ConversationStatus.IDLE, updated_at=now)
+            reply = tool_result_insert(conversation_id=conversation.pk, call_id=call.call_id, content=content,
+                                       success=False, now=now, turn_position=positions[turn_ids[0]], parent_id=tip,
+                                       position=positions[tip] + 1)
+            tip, positions[reply.pk] = reply.pk, reply.position
+        Conversation.objects.filter(pk=conversation.pk).update(status=ConversationStatus.IDLE, updated_at=now,
+                                                               active_leaf_id=tip)
     return True

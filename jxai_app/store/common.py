@@ -11,10 +11,10 @@ import re
 import uuid
 from typing import Any, Final
 
-from django.db.models import Max, QuerySet
+from django.db.models import Max, Prefetch, QuerySet
 
 from jxai_app.core.errors import ProblemError
-from jxai_app.models import Conversation, Message
+from jxai_app.models import Conversation, ConversationStatus, Message, ToolCall
 from jxai_app.core.problems import problem_error
 
 LEASE_SECONDS: Final[float] = 6.0
@@ -29,6 +29,21 @@ _NOT_FOUND_DETAIL: Final[str] = "Conversation not found."
 def not_found() -> ProblemError:
     """The ``not-found`` problem used for missing *and* foreign conversations alike."""
     return problem_error("not-found", _NOT_FOUND_DETAIL)
+
+
+def message_not_found() -> ProblemError:
+    """The ``not-found`` problem for a message id that is not one of the conversation's."""
+    return problem_error("not-found", "Message not found.")
+
+
+def conflict(conversation: Conversation | None = None) -> ProblemError:
+    """The ``conflict`` problem of a request refused while a turn runs (docs/store.md "One
+    turn per conversation"), or, for a ``conversation`` whose turn waits for an approval,
+    with code ``approval_pending`` (docs/approval.md "The turn pauses")."""
+    if conversation is not None and conversation.status == ConversationStatus.AWAITING_APPROVAL:
+        return problem_error("conflict", "A tool call in this conversation waits for your approval; approve or "
+                             "deny it first, or press Stop.", code="approval_pending")
+    return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
 
 
 def invalid(detail: str) -> ProblemError:
@@ -80,6 +95,12 @@ def get_owned(user: Any, conversation_id: Any, *, for_update: bool = False) -> C
     if conversation is None:
         raise not_found()
     return conversation
+
+
+def with_tool_calls(messages: Any) -> Any:
+    """``messages`` (a Message queryset) with their calls prefetched in call order."""
+    return messages.prefetch_related(Prefetch("tool_calls",
+                                              queryset=ToolCall.objects.select_related("decided_by").order_by("position")))
 
 
 def next_position(conversation_id: uuid.UUID) -> int:

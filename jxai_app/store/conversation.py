@@ -16,8 +16,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jxai_app.models import Conversation, Message, MessageRole
-from jxai_app.store.common import get_owned, invalid, not_found, owned, owned_one
-from jxai_app.store.wire import with_tool_calls
+from jxai_app.store.branches import ActivePath, active_path
+from jxai_app.store.common import get_owned, invalid, not_found, owned, owned_one, with_tool_calls
 
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
 
@@ -33,7 +33,8 @@ def conversation_create(
         model: model alias (validated by the caller against the model registry).
         title: optional title; derived from the first user message when empty.
         system_prompt: when given (non-empty), saved as a ``system`` message at position 0
-            and sent first on the wire (docs/store.md "The OpenAI wire export").
+            (the active leaf: the root every message follows) and sent first on the wire
+            (docs/store.md "The OpenAI wire export").
 
     Raises:
         ProblemError: ``invalid-request`` for an anonymous user or an over-long title.
@@ -45,7 +46,10 @@ def conversation_create(
         raise invalid(f"The title is longer than {TITLE_MAX_LENGTH} characters.")
     conversation = Conversation.objects.create(owner=user, model=model, title=title)
     if system_prompt:
-        Message.objects.create(conversation=conversation, position=0, role=MessageRole.SYSTEM, content=system_prompt)
+        system = Message.objects.create(conversation=conversation, position=0, role=MessageRole.SYSTEM,
+                                        content=system_prompt)
+        conversation.active_leaf = system
+        conversation.save(update_fields=["active_leaf"])
     return conversation
 
 
@@ -99,17 +103,17 @@ def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
         raise invalid("'list': 'before' must be the 'next' cursor of a previous 'conversations' frame.") from None
 
 
-def message_list(*, user: Any, conversation_id: uuid.UUID | str) -> tuple[Conversation, list[Message]]:
-    """A conversation ``user`` owns with its messages in position order, calls prefetched in
-    call order. A running turn's placeholder is included (status ``streaming``, empty: its
-    text lives in the runner until the round ends). Each message's feedback is selected with it.
+def message_list(*, user: Any, conversation_id: uuid.UUID | str) -> tuple[Conversation, ActivePath]:
+    """A conversation ``user`` owns with its active path (docs/store.md "Branches"): the
+    messages root first, calls prefetched in call order, and each message's siblings. A
+    running turn's placeholder is included (status ``streaming``, empty: its text lives in
+    the runner until the round ends). Four queries, however long the path.
 
     Raises:
         ProblemError: ``not-found`` for a missing, malformed or foreign id.
     """
     conversation = conversation_get(user=user, conversation_id=conversation_id)
-    messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
-    return conversation, list(messages.select_related("feedback"))
+    return conversation, active_path(conversation)
 
 
 def conversation_rename(*, user: Any, conversation_id: uuid.UUID | str, title: str) -> Conversation:

@@ -4,12 +4,16 @@ The turn's runner holds one :class:`TurnRecorder` for all rounds of the agent lo
 is written per delta: the agent loop assembles each round's assistant message, and the
 recorder saves what the loop assembled when the round ends. Writes per turn::
 
-    send                 claim + one INSERT of user message and placeholder (message_send)
+    send                 one INSERT each of user message and placeholder + the claim (message_send)
     finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
-    begin_round          1 INSERT of the next placeholder (rounds after tool results)
-    attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
+    begin_round          1 INSERT of the next placeholder + 1 UPDATE of the active leaf
+    attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call + 1 UPDATE of the active leaf
     end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
     pause                1 UPDATE of the conversation + 1 UPDATE of the calls that wait for approval
+
+Each message the turn inserts is a child of the one before it and becomes the conversation's
+active leaf (docs/store.md "Branches"); the turn's messages are the conversation's newest, so
+the recorder keeps the chain's end and the next position in memory.
 
 Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
 show the turn is no longer this recorder's (Stop handled by another worker, the
@@ -30,7 +34,8 @@ from jxai_app.models import (
     ApprovalState, Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall,
 )
 from jxai_app.policy import ratelimit
-from jxai_app.store.common import next_position, storable
+from jxai_app.store.branches import leaf_after_drop
+from jxai_app.store.common import storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.usage import context_tokens, context_warning
 
@@ -55,10 +60,19 @@ class TurnRecorder:
         self.context_window = context_window
         self.message_id: int | None = turn.assistant_message_id
         """The round's assistant message (the placeholder while a round is open)."""
+        self._turn_position = turn.assistant_position
+        self._tip, self._tip_position = ((turn.assistant_message_id, turn.assistant_position)
+                                         if turn.assistant_message_id is not None
+                                         else (turn.resumed_after, turn.resumed_after_position))
+        """The last message the turn inserted (the active leaf) and its position."""
+        self._before_round: int = turn.user_message.pk
+        """The parent of the open round's placeholder (the leaf again if it is dropped)."""
         self.round_open = turn.assistant_message_id is not None
         self.lost = False
         """True once the rows showed the turn is no longer this recorder's."""
         self.ended = False
+        self.stopped_question: int | None = None
+        """Set by :meth:`cancel` when the Stop left the question with no answer (it is marked ``stopped``)."""
         self._token_count: int | None = None
 
     # ------------------------------------------------------------------ guards
@@ -140,10 +154,11 @@ class TurnRecorder:
             return False
         if self.round_open:
             return True
+        before = self._tip
         placeholder = self._insert_assistant(status=MessageStatus.STREAMING)
         if placeholder is None:
             return False
-        self.message_id, self.round_open = placeholder.pk, True
+        self.message_id, self.round_open, self._before_round = placeholder.pk, True, before
         return True
 
     def add_assistant_message(self, content: str) -> bool:
@@ -164,9 +179,20 @@ class TurnRecorder:
                 return None
             if "content" in fields:
                 fields["content"] = storable(fields["content"])
-            return Message.objects.create(conversation_id=self.conversation_id,
-                                          position=next_position(self.conversation_id),
-                                          role=MessageRole.ASSISTANT, model=self.model, **fields)
+            message = Message.objects.create(conversation_id=self.conversation_id, parent_id=self._tip,
+                                             position=self._tip_position + 1, role=MessageRole.ASSISTANT,
+                                             model=self.model, **fields)
+            self._lead_to(message)
+        return self._extended(message)
+
+    def _lead_to(self, message: Message) -> None:
+        """Make ``message`` (just inserted, in the transaction that checked the turn) the active leaf."""
+        Conversation.objects.filter(pk=self.conversation_id).update(active_leaf_id=message.pk)
+
+    def _extended(self, message: Message) -> Message:
+        """After the commit: ``message`` ends the turn's chain."""
+        self._tip, self._tip_position = message.pk, message.position
+        return message
 
     def attach_tool_result(self, *, call_id: str, content: str, success: bool | None = None) -> Message | None:
         """Save a tool's result: the ``tool`` reply (1 INSERT) and the call's result, success
@@ -185,8 +211,12 @@ class TurnRecorder:
             if not self._owns_turn():
                 self._lose()
                 return None
-            return tool_result_insert(conversation_id=self.conversation_id, call_id=storable(call_id),
-                                      content=storable(content), success=success, now=timezone.now())
+            reply = tool_result_insert(
+                conversation_id=self.conversation_id, call_id=storable(call_id), content=storable(content),
+                success=success, now=timezone.now(), turn_position=self._turn_position, parent_id=self._tip,
+                position=self._tip_position + 1)
+            self._lead_to(reply)
+        return self._extended(reply)
 
     # ------------------------------------------------------------------ the turn's end
     def pause(self, call_ids: Sequence[str]) -> bool:
@@ -212,10 +242,10 @@ class TurnRecorder:
     def cancel(self) -> bool:
         """Stop the turn (docs/store.md "What error and Stop remove"): the partial placeholder and its calls deleted, completed
         rounds kept, status ``idle``, error cleared. Returns False when lost."""
-        return self._end(status=ConversationStatus.IDLE)
+        return self._end(status=ConversationStatus.IDLE, stopped=True)
 
     def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None,
-             waiting: Sequence[str] = ()) -> bool:
+             waiting: Sequence[str] = (), stopped: bool = False) -> bool:
         if self.ended:
             return not self.lost
         changes: dict[str, Any] = {
@@ -225,9 +255,12 @@ class TurnRecorder:
         if self._token_count is not None:
             changes["token_count"] = self._token_count
             changes["context_warning"] = context_warning(self._token_count, self.context_window)
+        marked = None
         with transaction.atomic():
             if self.round_open and self.message_id is not None:
                 Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
+                changes["active_leaf_id"], marked = leaf_after_drop(self.conversation_id, self._before_round,
+                                                                    stopped=stopped)
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
             if not written:
                 transaction.set_rollback(True)
@@ -236,5 +269,5 @@ class TurnRecorder:
                     approval_state=ApprovalState.AWAITING, approver=self.user, approval_requested_at=timezone.now())
         if not written:
             return self._lose()
-        self.ended, self.round_open = True, False
+        self.ended, self.round_open, self.stopped_question = True, False, marked
         return True

@@ -7,7 +7,8 @@ running turns in one statement (:func:`leases_renew`). A turn whose lease is old
 killed, or lost the database for longer than that.
 
 Recovering a dead turn applies the store's rule for an interrupted turn: its streaming
-placeholder (and the placeholder's calls) is deleted, completed rounds stay, and the
+placeholder (and the placeholder's calls) is deleted, completed rounds stay (the active path
+ends at the last of them, docs/store.md "Branches"), and the
 conversation ends in ``error`` with a problem saying the answer was interrupted (the page
 offers Retry). A send to a conversation whose turn is dead recovers it first (same
 transaction), so the conversation accepts a new send as soon as the lease lapsed.
@@ -31,6 +32,7 @@ from django.utils import timezone
 
 from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
+from jxai_app.store.branches import leaf_after_drop
 from jxai_app.store.common import LEASE_SECONDS
 
 __all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "leases_renew", "strays_drop", "turn_abandon",
@@ -90,7 +92,12 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
                    "last_problem": problem("internal-error", INTERRUPTED, code="turn_interrupted")}
     ended = rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes)
     if ended:
-        Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING).delete()
+        partial = Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING)
+        parents = list(partial.values_list("parent_id", flat=True))
+        if parents:
+            partial.delete()
+            leaf, _ = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
+            Conversation.objects.filter(pk=conversation_id).update(active_leaf_id=leaf)
     return bool(ended)
 
 
@@ -142,6 +149,9 @@ def strays_drop() -> int:
     """Delete placeholders left outside any running turn (a crash between two writes of an
     older version); a scan of the messages, for the ``recover_partial_messages`` command, not
     the lease watch. Returns how many were deleted."""
-    deleted, _ = Message.objects.filter(status=MessageStatus.STREAMING).exclude(
-        conversation__status=ConversationStatus.STREAMING).delete()
+    strays = Message.objects.filter(status=MessageStatus.STREAMING).exclude(
+        conversation__status=ConversationStatus.STREAMING)
+    for pk, parent_id, conversation_id in strays.values_list("pk", "parent_id", "conversation_id"):
+        Conversation.objects.filter(pk=conversation_id, active_leaf_id=pk).update(active_leaf_id=parent_id)
+    deleted, _ = strays.delete()
     return deleted

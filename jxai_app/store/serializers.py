@@ -10,7 +10,8 @@ no framework beyond the models. Shapes::
     message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
                    "toolCalls": [{"id", "name", "arguments", "result", "success", "approval"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
-                   "createdAt", "feedback": None|{"rating": "up"|"down", "comment"}}
+                   "createdAt", "feedback": None|{"rating": "up"|"down", "comment"}, "parentId": int|None,
+                   "branch": {"index", "count", "prev", "next"}, "stopped": bool}
 
 ``approval`` is ``None`` for a call that needed none, else ``{"state": "awaiting_approval" |
 "approved" | "denied" | "expired", "decidedBy": username | None, "decidedAt", "reason"}``
@@ -22,9 +23,10 @@ from the database when no runner answered (see :mod:`jxai_app.turns.session`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from jxai_app.models import Conversation, Message, MessageRole, ToolCall
+from jxai_app.store.branches import ONLY_CHILD, Siblings
 from jxai_app.store.feedback import feedback_dict, feedback_of
 
 
@@ -87,10 +89,12 @@ def approval_dict(call: ToolCall) -> dict[str, Any] | None:
             "decidedAt": _iso(call.decided_at), "reason": call.decision_reason}
 
 
-def message_dict(message: Message) -> dict[str, Any]:
+def message_dict(message: Message, siblings: Siblings | None = None) -> dict[str, Any]:
     """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
     when serialising many, and select ``feedback`` (``jxai_app.store.message_list`` does).
-    ``feedback`` is the owner's on an assistant message (docs/store.md "Feedback"), else ``None``."""
+    ``feedback`` is the owner's on an assistant message (docs/store.md "Feedback"), else ``None``.
+    ``siblings``: where it sits among its parent's children (docs/websocket.md "Branches";
+    default: no branch)."""
     calls = []
     if message.role == MessageRole.ASSISTANT:
         calls = [
@@ -110,12 +114,17 @@ def message_dict(message: Message) -> dict[str, Any]:
         "status": message.status,
         "createdAt": _iso(message.created_at),
         "feedback": feedback_dict(feedback_of(message)) if message.role == MessageRole.ASSISTANT else None,
+        "parentId": message.parent_id,
+        "branch": (siblings or ONLY_CHILD).as_dict(),
+        "stopped": message.stopped,
     }
 
 
-def message_dicts(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Many messages, in the order given (system messages left out: the page never shows them)."""
-    return [message_dict(m) for m in messages if m.role != MessageRole.SYSTEM]
+def message_dicts(messages: Iterable[Message], siblings: Mapping[int, Siblings] | None = None) -> list[dict[str, Any]]:
+    """Many messages, in the order given (system messages left out: the page never shows
+    them), each with its siblings from ``siblings`` (by id; an active path's)."""
+    known = siblings or {}
+    return [message_dict(m, known.get(m.pk)) for m in messages if m.role != MessageRole.SYSTEM]
 
 
 def conversation_dicts(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:

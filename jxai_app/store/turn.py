@@ -18,11 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from jxai_app.core.agent import Decision
-from jxai_app.core.problems import problem_error
 from jxai_app.models import (
     Conversation,
     ConversationStatus,
@@ -33,9 +32,10 @@ from jxai_app.models import (
 )
 from jxai_app.policy import ratelimit
 from jxai_app.store.conversation import conversation_create
-from jxai_app.store.common import LEASE_SECONDS, get_owned, invalid, next_position, title_from
+from jxai_app.store.branches import Siblings, Tree, path_messages
+from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
 from jxai_app.store.recovery import lease_lapsed, turn_abandon
-from jxai_app.store.wire import messages_to_wire, with_tool_calls
+from jxai_app.store.wire import messages_to_wire
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,10 +47,15 @@ class TurnStart:
     turn_id: uuid.UUID
     """The new turn's id (``Conversation.turn_id``)."""
     user_message: Message
-    """The saved user message."""
+    """The turn's question: the saved user message (for a regenerate, the existing one)."""
+    user_siblings: Siblings
+    """The user message among its siblings (an edit makes it one of several)."""
     assistant_message_id: int | None
     """Primary key of the assistant placeholder (status ``streaming``); ``None`` for a resumed
     turn, whose first round opens its own after the decided calls' results."""
+    assistant_position: int
+    """The position of the turn's first assistant message (a send's placeholder): the turn's
+    messages are the conversation's newest, from here on."""
     history: list[dict[str, Any]]
     """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message (a
     resumed turn: with the paused round and the results it has)."""
@@ -59,6 +64,8 @@ class TurnStart:
     resumed_after: int | None = None
     """A turn resumed after an approval (docs/approval.md): the last message saved before it
     (a snapshot shows the saved messages up to it, then the turn's events); ``None`` for a send."""
+    resumed_after_position: int = 0
+    """A resumed turn: the position of ``resumed_after`` (the turn's next message goes after it)."""
     decisions: tuple[Decision, ...] = ()
     """A resumed turn: the decisions on the paused round's calls, in call order."""
     prior_calls: Mapping[str, int] = field(default_factory=dict)
@@ -80,16 +87,59 @@ class TurnStart:
         return self.conversation.model
 
 
-def _conflict(conversation: Conversation | None = None) -> Exception:
-    if conversation is not None and conversation.status == ConversationStatus.AWAITING_APPROVAL:
-        return problem_error("conflict", "A tool call in this conversation waits for your approval; approve or "
-                             "deny it first, or press Stop.", code="approval_pending")
-    return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
+def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model: str | None, admit: bool,
+                   lease: float) -> tuple[Conversation, bool, Q]:
+    """Steps 1–3 of :func:`message_send` (inside its transaction): the conversation (created
+    or locked), a dead turn recovered, the turn admitted. Returns the conversation, whether
+    it was created, and the condition the claim must meet. A conversation whose turn waits
+    for an approval is a ``conflict`` (code ``approval_pending``; docs/approval.md)."""
+    created = conversation_id is None
+    if created:
+        conversation = conversation_create(user=user, model=model or "")
+    else:
+        conversation = get_owned(user, conversation_id, for_update=True)
+    claimable = ~Q(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
+    if conversation.status == ConversationStatus.AWAITING_APPROVAL:
+        raise conflict(conversation)
+    if conversation.status == ConversationStatus.STREAMING:
+        if not lease_lapsed(conversation, lease=lease):
+            raise conflict()
+        turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
+        claimable = Q()  # recovered just now, under the lock
+    if admit:
+        ratelimit.check_turn_allowed(user)
+    return conversation, created, claimable
+
+
+def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text: str, model: str | None) -> uuid.UUID:
+    """The claim: one conditional UPDATE that starts the turn and makes ``placeholder`` the
+    active leaf (docs/store.md "One turn per conversation"). Raises ``conflict`` when lost."""
+    now = timezone.now()
+    changes: dict[str, Any] = {
+        "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+        "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
+        "model": model or conversation.model, "active_leaf_id": placeholder.pk,
+    }
+    if not Conversation.objects.filter(claimable, pk=conversation.pk).update(**changes):
+        raise conflict()
+    for name, value in changes.items():
+        setattr(conversation, name, value)
+    return changes["turn_id"]
+
+
+def _insert(message: Message) -> Message:
+    """One INSERT (the send's writes go through ``bulk_create``, one row each)."""
+    return Message.objects.bulk_create([message])[0]
+
+
+def _placeholder(conversation: Conversation, parent: Message, position: int, model: str | None) -> Message:
+    return _insert(Message(conversation=conversation, parent=parent, position=position, role=MessageRole.ASSISTANT,
+                           model=model or conversation.model, status=MessageStatus.STREAMING))
 
 
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS,
+    admit: bool = True, lease: float = LEASE_SECONDS, replaces: int | None = None,
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction.
@@ -102,8 +152,10 @@ def message_send(
        a live one is a ``conflict``.
     3. ``admit``: the user's quota and rate limit (:func:`jxai_app.policy.ratelimit.check_turn_allowed`),
        in this transaction, so a refusal saves nothing.
-    4. The claim (one conditional UPDATE), then one INSERT of both messages (``bulk_create``),
-       and the history the request needs.
+    4. The tree's shape and the path the new message follows (docs/store.md "Branches"): the
+       active path, or for an edit (``replaces``) the path to the replaced message's parent.
+    5. One INSERT each of the user message (a child of the path's end) and the placeholder,
+       then the claim (one conditional UPDATE, which also makes the placeholder the active leaf).
 
     Args:
         user: the requesting user (must own the conversation).
@@ -112,50 +164,76 @@ def message_send(
         model: a model alias: the new conversation's, or one to switch to (``None``: keep).
         admit: check and count the turn against the user's allowance.
         lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
+        replaces: an edit: the id of a user message of the conversation; the new message
+            becomes its sibling (a new branch) and the old one stays as it was.
 
     Raises:
-        ProblemError: ``not-found`` (missing or foreign id), ``invalid-request`` (blank text),
+        ProblemError: ``not-found`` (missing or foreign id; ``replaces`` not a message of
+            it), ``invalid-request`` (blank text; ``replaces`` not a user message),
             ``conflict`` while a live turn runs, ``quota-exceeded`` / ``rate-limited``.
         django.db.DatabaseError: the database failed (nothing saved).
     """
     if not isinstance(text, str) or not text.strip():
         raise invalid("The message is empty.")
+    if replaces is not None and conversation_id is None:
+        raise message_not_found()
     with transaction.atomic():
-        created = conversation_id is None
-        if created:
-            conversation = conversation_create(user=user, model=model or "")
+        conversation, created, claimable = _lock_for_turn(user, conversation_id, model=model, admit=admit,
+                                                          lease=lease)
+        tree = Tree(()) if created else Tree.of(conversation.pk)
+        if replaces is None:
+            parent_id = tree.leaf
+        elif replaces not in tree.parent:
+            raise message_not_found()
+        elif tree.role[replaces] != MessageRole.USER:
+            raise invalid("Only a user message can be edited.")
         else:
-            conversation = get_owned(user, conversation_id, for_update=True)
-        claimable = ~Q(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
-        if conversation.status == ConversationStatus.AWAITING_APPROVAL:
-            raise _conflict(conversation)
-        if conversation.status == ConversationStatus.STREAMING:
-            if not lease_lapsed(conversation, lease=lease):
-                raise _conflict()
-            turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
-            claimable = Q()  # recovered just now, under the lock
-        if admit:
-            ratelimit.check_turn_allowed(user)
-        earlier = list(with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position")))
-        position = earlier[-1].position + 1 if earlier else 0
-        now = timezone.now()
-        changes: dict[str, Any] = {
-            "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
-            "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
-            "model": model or conversation.model,
-        }
-        if not Conversation.objects.filter(claimable, pk=conversation.pk).update(**changes):
-            raise _conflict()
-        for name, value in changes.items():
-            setattr(conversation, name, value)
-        user_message, placeholder = Message.objects.bulk_create([
-            Message(conversation=conversation, position=position, role=MessageRole.USER, content=text),
-            Message(conversation=conversation, position=position + 1, role=MessageRole.ASSISTANT,
-                    model=conversation.model, status=MessageStatus.STREAMING),
-        ])
-    return TurnStart(conversation=conversation, turn_id=changes["turn_id"], user_message=user_message,
-                     assistant_message_id=placeholder.pk, history=messages_to_wire([*earlier, user_message]),
-                     created=created)
+            parent_id = tree.parent[replaces]
+        earlier = path_messages(tree.path(parent_id))
+        position = tree.next_position
+        user_message = _insert(Message(conversation=conversation, parent_id=parent_id, position=position,
+                                       role=MessageRole.USER, content=text))
+        placeholder = _placeholder(conversation, user_message, position + 1, model)
+        turn_id = _claim(conversation, claimable, placeholder, text, model)
+    siblings = tree.children.get(parent_id, [])
+    return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
+                     user_siblings=Siblings(len(siblings), len(siblings) + 1, siblings[-1] if siblings else None, None),
+                     assistant_message_id=placeholder.pk, assistant_position=placeholder.position,
+                     history=messages_to_wire([*earlier, user_message]), created=created)
+
+
+def answer_regenerate(
+    *, user: Any, conversation_id: uuid.UUID | str, message_id: int, model: str | None = None,
+    admit: bool = True, lease: float = LEASE_SECONDS,
+) -> TurnStart:
+    """Start a turn that answers the question of assistant message ``message_id`` again: a
+    new placeholder beside the answer's first message (a sibling: a new branch, made the
+    active leaf), in one transaction like :func:`message_send` (steps 1–3 the same; no user
+    message is inserted; docs/store.md "Branches").
+
+    Args:
+        model: the model alias to answer with (``None``: the conversation's).
+
+    Raises:
+        ProblemError: ``not-found`` (conversation, or a message not in it),
+            ``invalid-request`` (not an assistant message), ``conflict`` while a live turn
+            runs, ``quota-exceeded`` / ``rate-limited``.
+    """
+    with transaction.atomic():
+        conversation, _, claimable = _lock_for_turn(user, conversation_id, model=model, admit=admit, lease=lease)
+        tree = Tree.of(conversation.pk)
+        if message_id not in tree.parent:
+            raise message_not_found()
+        question_id = tree.question_of(message_id)
+        if tree.role[message_id] != MessageRole.ASSISTANT or question_id is None:
+            raise invalid("Only an assistant answer can be regenerated.")
+        earlier = path_messages(tree.path(question_id))
+        question = earlier[-1]
+        placeholder = _placeholder(conversation, question, tree.next_position, model)
+        turn_id = _claim(conversation, claimable, placeholder, question.content, model)
+    return TurnStart(conversation=conversation, turn_id=turn_id, user_message=question,
+                     user_siblings=tree.siblings(question_id), assistant_message_id=placeholder.pk,
+                     assistant_position=placeholder.position, history=messages_to_wire(earlier), created=False)
 
 
 def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:
@@ -180,30 +258,42 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | N
 
 @transaction.atomic
 def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
-    """Drop the last exchange so its user text can be sent again (docs/store.md "Retry").
+    """Drop the last exchange of the active path so its user text can be sent again
+    (docs/store.md "Retry").
 
-    Removes the trailing non-user messages and then the last user message (earlier turns
-    survive), sets the conversation idle and clears its error.
+    Removes the answer that follows the path's last user message (its messages on the path,
+    with what hangs below them) and then that user message, with its branch; earlier turns
+    survive. A user message that holds other answers (a regenerate failed beside them) stays
+    with them, as a sibling of the message the resend makes. The active leaf becomes the
+    removed message's parent (the resend follows it), the conversation idle, its error cleared.
 
     Returns:
-        The removed user message's text (send it again with :func:`message_send`), or
-        ``None`` when there is no user message (no-op).
+        The user message's text (send it again with :func:`message_send`), or ``None`` when
+        the path has no user message (no-op).
 
     Raises:
         ProblemError: ``not-found``; ``conflict`` while a turn runs.
     """
     conversation = get_owned(user, conversation_id, for_update=True)
     if conversation.status in (ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL):
-        raise _conflict(conversation)
-    last_user = (Message.objects.filter(conversation=conversation, role=MessageRole.USER)
-                 .order_by("-position").first())
-    if last_user is None:
+        raise conflict(conversation)
+    tree = Tree.of(conversation.pk)
+    path = tree.active
+    asked = [pk for pk in path if tree.role[pk] == MessageRole.USER]
+    if not asked:
         return None
-    Message.objects.filter(conversation=conversation, position__gte=last_user.position).delete()
+    question = asked[-1]
+    answer = path[path.index(question) + 1:]
+    text = Message.objects.filter(pk=question).values_list("content", flat=True).get()
+    others = [pk for pk in tree.children.get(question, []) if pk not in answer]
+    dropped = answer[:1] if others else [question]
+    if dropped:
+        Message.objects.filter(pk__in=dropped).delete()  # cascades to the branch below
     Conversation.objects.filter(pk=conversation.pk).update(
-        status=ConversationStatus.IDLE, last_error="", last_problem=None, updated_at=timezone.now()
+        status=ConversationStatus.IDLE, last_error="", last_problem=None, updated_at=timezone.now(),
+        active_leaf_id=tree.parent[question],
     )
-    return last_user.content
+    return text
 
 
 def _result_of(content: str) -> tuple[Any, bool]:
@@ -217,14 +307,17 @@ def _result_of(content: str) -> tuple[Any, bool]:
 
 
 def tool_result_insert(
-    *, conversation_id: uuid.UUID, call_id: str, content: str, success: bool | None, now: datetime
+    *, conversation_id: uuid.UUID, call_id: str, content: str, success: bool | None, now: datetime,
+    turn_position: int, parent_id: int, position: int,
 ) -> Message:
     """Save a tool reply (two writes; call it in a transaction, as ``TurnRecorder.attach_tool_result`` does).
 
     The call it answers is the one with ``call_id`` on the nearest preceding assistant
     message of the current turn (docs/store.md "Tool results": a reused id attaches to the later
-    request; never across the turn's user message). The reply is appended as a ``tool``
-    message and the call gets ``result``, ``success`` and ``finished_at``.
+    request; never across the turn's user message). The turn's messages are the
+    conversation's newest, from ``turn_position`` (its first placeholder's) on, whatever
+    branch they are on. The reply is inserted as a ``tool`` message (a child of ``parent_id``
+    at ``position``) and the call gets ``result``, ``success`` and ``finished_at``.
 
     Raises:
         ProblemError: ``invalid-request`` when no call of the turn has that id (a clear refusal
@@ -232,12 +325,9 @@ def tool_result_insert(
     """
     if not isinstance(content, str):
         raise invalid("A tool result must be text (the JSON the model will read).")
-    turn_start = (Message.objects.filter(conversation_id=conversation_id, role=MessageRole.USER)
-                  .aggregate(top=Max("position"))["top"])
     call = (ToolCall.objects.filter(
         message__conversation_id=conversation_id, message__role=MessageRole.ASSISTANT,
-        message__status=MessageStatus.COMPLETE, message__position__gt=-1 if turn_start is None else turn_start,
-        call_id=call_id,
+        message__status=MessageStatus.COMPLETE, message__position__gte=turn_position, call_id=call_id,
     ).order_by("-message__position", "-position").first())
     if call is None:
         raise invalid(f"No tool call with id {call_id!r} in this turn.")
@@ -245,7 +335,7 @@ def tool_result_insert(
         raise invalid(f"Tool call {call_id!r} already has a result.")
     result, derived = _result_of(content)
     reply = Message.objects.create(
-        conversation_id=conversation_id, position=next_position(conversation_id), role=MessageRole.TOOL,
+        conversation_id=conversation_id, parent_id=parent_id, position=position, role=MessageRole.TOOL,
         tool_call_id=call_id, content=content,
     )
     ToolCall.objects.filter(pk=call.pk).update(

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from django.db.models import Prefetch
-
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.branches import active_path
+from jxai_app.store.common import with_tool_calls
 from jxai_app.store.feedback import feedback_export
 
-
-def with_tool_calls(messages: Any) -> Any:
-    """``messages`` (a Message queryset) with their calls prefetched in call order."""
-    return messages.prefetch_related(Prefetch("tool_calls",
-                                              queryset=ToolCall.objects.select_related("decided_by").order_by("position")))
+__all__ = ["approvals_audit", "conversations_export", "message_to_wire", "messages_to_wire", "to_messages",
+           "with_tool_calls"]
 
 
 def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -> dict[str, Any] | None:
@@ -69,13 +66,13 @@ def messages_to_wire(messages: Iterable[Message],
 
 
 def to_messages(conversation: Conversation) -> list[dict[str, Any]]:
-    """The conversation's history as OpenAI wire messages, ready for the next request.
+    """The conversation's active path as OpenAI wire messages, ready for the next request
+    (docs/store.md "Branches": other branches are never sent).
 
     The caller has already checked ownership (get the conversation through
-    :func:`~jxai_app.store.conversation_get`). Two queries, no writes.
+    :func:`~jxai_app.store.conversation_get`). Three queries, no writes.
     """
-    messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
-    return messages_to_wire(messages)
+    return messages_to_wire(active_path(conversation).messages)
 
 
 def approvals_audit(conversation: Conversation) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ provider and no socket sees a turn that was not saved.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -40,8 +41,9 @@ from jxai_app.turns.recovery import snapshot_of
 from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
-    "Origin", "TurnInfo", "cancel_turn", "client_factory", "conversation_remove", "conversation_retitle",
-    "decide_approval", "expire_approvals", "resume_turn", "retry_turn", "start_turn", "tool_view",
+    "Origin", "TurnInfo", "branch_switch", "cancel_turn", "client_factory", "conversation_remove",
+    "conversation_retitle", "decide_approval", "expire_approvals", "regenerate_turn", "resume_turn", "retry_turn",
+    "start_turn", "tool_view",
 ]
 
 logger = logging.getLogger("jxai_app.turns")
@@ -112,18 +114,35 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None,
-           admit: bool) -> tuple[store.TurnStart, Any, ModelConfig, str, list[Any]]:
+Begin = Callable[..., store.TurnStart]
+"""A store service that saves a turn's start: called with ``model`` (an alias or ``None``),
+``admit`` and ``lease`` (:func:`jxai_app.store.message_send`, :func:`jxai_app.store.answer_regenerate`)."""
+
+
+def _begin(user: Any, new_conversation: bool, alias: str | None, admit: bool, save: Begin,
+           announce: bool) -> tuple[store.TurnStart, Any, ModelConfig, str, list[Any], dict[str, Any] | None]:
     """The send (one transaction), then the turn's model, tool view, system prompt (with the
-    user's custom instructions, docs/store.md "Custom instructions") and MCP servers' configuration."""
+    user's custom instructions, docs/store.md "Custom instructions"), the MCP servers'
+    configuration, and for a new branch the snapshot its followers get first."""
     requested = _model(alias, fallback=False) if alias else None
-    new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
-    turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
-                              model=None if new_model is None else new_model.alias, admit=admit,
-                              lease=conf.get_turn_timing().lease)
+    new_model = requested or (_model(None, fallback=False) if new_conversation else None)
+    turn = save(model=None if new_model is None else new_model.alias, admit=admit, lease=conf.get_turn_timing().lease)
     model = requested or _model(turn.model, fallback=True)
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
-    return turn, tool_view(user, model), model, prompt, mcp_tools.server_configs()
+    return (turn, tool_view(user, model), model, prompt, mcp_tools.server_configs(),
+            _branch_snapshot(turn) if announce else None)
+
+
+def _branch_snapshot(turn: store.TurnStart) -> dict[str, Any] | None:
+    """The ``snapshot`` of a turn that starts a new branch, before its first event: the active
+    path up to the turn's question, and the turn at seq 0 (docs/websocket.md "Branches")."""
+    frame = snapshot_of(turn.conversation_id)
+    if frame is None:
+        return None
+    ids = [m["id"] for m in frame["messages"]]
+    frame["messages"] = frame["messages"][: ids.index(turn.user_message.pk) + 1]
+    frame["turn"] = {"turnId": str(turn.turn_id), "lastSeq": 0, "items": []}
+    return frame
 
 
 def _check_text(text: Any) -> str:
@@ -137,7 +156,7 @@ def _check_text(text: Any) -> str:
 
 async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text: str,
                      model_alias: str | None = None, origin: Origin | None = None, hub: TurnHub | None = None,
-                     admit: bool = True) -> TurnInfo:
+                     admit: bool = True, replaces: int | None = None) -> TurnInfo:
     """Save the user's message and start a turn in a task owned by this worker.
 
     Args:
@@ -150,36 +169,66 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
         hub: the worker's hub (default :func:`~jxai_app.turns.hub.get_hub`).
         admit: count the turn against the user's quota and rate limit (``False`` for a
             caller that admitted it in its own transaction).
+        replaces: an edit: the user message this one replaces as a new branch
+            (docs/store.md "Branches"); every follower first gets a ``snapshot`` of it.
 
     Returns:
         The started turn. Its frames (``conversation``, ``message_saved`` of the user
         message, then ``events`` from seq 1) go to every follower, on every worker.
 
     Raises:
-        ProblemError: ``invalid-request`` (blank text, unknown model), ``payload-too-large``,
-            ``not-found`` (missing or foreign conversation), ``quota-exceeded`` /
-            ``rate-limited`` (with ``retry_after``; nothing saved, the provider not
-            contacted), ``conflict`` (a turn already runs in it, on any worker),
-            ``service-unavailable`` (the worker is draining, or the database is down).
+        ProblemError: ``invalid-request`` (blank text, unknown model, ``replaces`` not a user
+            message), ``payload-too-large``, ``not-found`` (missing or foreign
+            conversation or message), ``quota-exceeded`` / ``rate-limited`` (with
+            ``retry_after``; nothing saved, the provider not contacted), ``conflict`` (a
+            turn already runs in it, on any worker), ``service-unavailable`` (the worker is
+            draining, or the database is down).
     """
     text = _check_text(text)
+    save = functools.partial(store.message_send, user=user, conversation_id=conversation_id, text=text,
+                             replaces=replaces)
+    return await _launch(user, hub, origin, conversation_id is None, model_alias, admit, save,
+                         announce=replaces is not None)
+
+
+async def regenerate_turn(*, user: Any, conversation_id: uuid.UUID | str, message_id: int,
+                          model_alias: str | None = None, origin: Origin | None = None,
+                          hub: TurnHub | None = None) -> TurnInfo:
+    """Answer the question of assistant message ``message_id`` again, as a new branch beside
+    that answer, with ``model_alias`` (``None``: the conversation's model). Every follower
+    first gets a ``snapshot`` of the new branch, then the turn's frames as for a send.
+
+    Raises:
+        ProblemError: as :func:`start_turn`; ``invalid-request`` when ``message_id`` is not
+            an assistant message.
+    """
+    save = functools.partial(store.answer_regenerate, user=user, conversation_id=conversation_id,
+                             message_id=message_id)
+    return await _launch(user, hub, origin, False, model_alias, True, save, announce=True)
+
+
+async def _launch(user: Any, hub: TurnHub | None, origin: Origin | None, new_conversation: bool,
+                  model_alias: str | None, admit: bool, save: Begin, *, announce: bool) -> TurnInfo:
     hub = hub or get_hub()
     await hub.ensure_started()
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    turn, tools, model, prompt, mcp_servers = await db_request(_begin, user, conversation_id, text, model_alias, admit)
+    turn, tools, model, prompt, mcp_servers, snapshot = await db_request(
+        _begin, user, new_conversation, model_alias, admit, save, announce)
     if await mcp_tools.apply(mcp_servers):  # an MCP server started, closed or restarted (docs/mcp.md "Sessions")
         tools = await db_request(tool_view, user, model)
-    return _launch(hub, user, turn, tools, model, prompt, origin)
+    return _start_runner(hub, user, turn, tools, model, prompt, origin, snapshot)
 
 
-def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig, prompt: str,
-            origin: Origin | None) -> TurnInfo:
-    """Build the turn's runner and start its task (a send's, or a resumed one's)."""
+def _start_runner(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig, prompt: str,
+                  origin: Origin | None, snapshot: dict[str, Any] | None = None) -> TurnInfo:
+    """Build the turn's runner and start its task (a send's, a regenerate's, or a resumed one's)."""
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
                         system_prompt=prompt, policy=conf.get_agent_policy(),
                         context_window=model.context_window)
+    if snapshot is not None:  # published before the turn's first frame, on the same path
+        hub.notify(turn.conversation_id, snapshot)
     if origin is not None:  # before the task starts, so the socket misses nothing
         origin.adopt(turn.conversation_id, runner.turn_id)
     runner.start()
@@ -208,7 +257,7 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
     if await mcp_tools.apply(mcp_servers):  # this worker may not have had the turn's MCP sessions yet
         tools = await db_request(tool_view, user, model, turn.prior_calls)
     logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
-    return _launch(hub, user, turn, tools, model, prompt, origin)
+    return _start_runner(hub, user, turn, tools, model, prompt, origin)
 
 
 def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
@@ -370,6 +419,27 @@ async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Ori
     if frame is not None:
         hub.notify(cid, frame)
     return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False)
+
+
+def _switch(user: Any, conversation_id: Any, message_id: int) -> dict[str, Any] | None:
+    conversation = store.branch_switch(user=user, conversation_id=conversation_id, message_id=message_id)
+    return snapshot_of(conversation.pk)
+
+
+async def branch_switch(*, user: Any, conversation_id: uuid.UUID | str, message_id: int,
+                        hub: TurnHub | None = None) -> None:
+    """Show the branch through ``message_id`` (docs/store.md "Branches"): every follower gets an
+    unasked ``snapshot`` of the new active path, the user's other sockets a ``conversation``.
+
+    Raises:
+        ProblemError: ``not-found`` (conversation or message); ``conflict`` while a turn runs.
+    """
+    hub = hub or get_hub()
+    frame = await db_request(_switch, user, conversation_id, message_id)
+    if frame is not None:
+        cid = uuid.UUID(frame["conversationId"])
+        hub.notify(cid, frame)
+        hub.notify(cid, {"type": "conversation", "conversation": frame["conversation"]}, user_pk=user.pk)
 
 
 def _rename(user: Any, conversation_id: Any, title: Any) -> dict[str, Any]:

@@ -47,9 +47,9 @@ def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
     conversation = store.conversation_by_id(conversation_id)
     if conversation is None:
         return None
-    _, messages = store.message_list(user=conversation.owner, conversation_id=conversation.pk)
+    _, path = store.message_list(user=conversation.owner, conversation_id=conversation.pk)
     return {"type": "snapshot", "conversationId": str(conversation.pk), "conversation": conversation_dict(conversation),
-            "messages": message_dicts(messages), "turn": None}
+            "messages": message_dicts(path.messages, path.siblings), "turn": None}
 
 
 def _recover_and_describe(lease: float, skip: set[Any]) -> list[tuple[Any, dict[str, Any]]]:

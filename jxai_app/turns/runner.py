@@ -90,7 +90,7 @@ class StoreUnavailable(Exception):
 
 def _read_message(pk: int) -> dict[str, Any] | None:
     message = store.message_by_id(pk)
-    return None if message is None else message_dict(message)
+    return None if message is None else message_dict(message, store.siblings_of(message))
 
 
 def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
@@ -263,7 +263,7 @@ class TurnRunner:
             self._publish_conversation(conversation_dict(self.turn.conversation))
             if self.turn.resumed_after is None:  # a resumed turn's messages are all saved already
                 self._publish({"type": "message_saved", "conversationId": self._cid,
-                               "message": message_dict(self.turn.user_message)})
+                               "message": message_dict(self.turn.user_message, self.turn.user_siblings)})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()
@@ -358,7 +358,8 @@ class TurnRunner:
             if outcome == "complete":
                 await self._save(recorder.end_turn)
             elif outcome == "cancelled":
-                await self._save(recorder.cancel)
+                if await self._save(recorder.cancel):
+                    await self._publish_message(recorder.stopped_question)  # its "Stopped" mark
             elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
                 if await self._save(recorder.pause, [e.call_id for e in self._waiting]):
                     await self._publish_message(self._message_id)

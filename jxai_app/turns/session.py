@@ -74,9 +74,10 @@ def _owned(user: Any, conversation_id: Any) -> uuid.UUID:
 
 def _load(user: Any, conversation_id: uuid.UUID) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
     """The conversation, its messages, and the id of its running turn (``None``: idle)."""
-    conversation, messages = store.message_list(user=user, conversation_id=conversation_id)
+    conversation, path = store.message_list(user=user, conversation_id=conversation_id)
     running = conversation.turn_id if conversation.status == ConversationStatus.STREAMING else None
-    return conversation_dict(conversation), message_dicts(messages), None if running is None else str(running)
+    return (conversation_dict(conversation), message_dicts(path.messages, path.siblings),
+            None if running is None else str(running))
 
 
 def _page(user: Any, before: str | None = None) -> dict[str, Any]:
@@ -446,6 +447,22 @@ class Session:
         """``send``: start a turn (a new conversation when ``conversation_id`` is None)."""
         await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
                                                 model_alias=model, origin=self, hub=self.hub))
+
+    async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None) -> None:
+        """``edit``: a new branch beside user message ``message_id`` with ``text``, and its turn."""
+        await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
+                                                model_alias=model, origin=self, hub=self.hub, replaces=message_id))
+
+    async def regenerate(self, conversation_id: str, message_id: int, model: str | None) -> None:
+        """``regenerate``: a new answer beside assistant message ``message_id``."""
+        await asyncio.shield(control.regenerate_turn(user=self.user, conversation_id=conversation_id,
+                                                     message_id=message_id, model_alias=model, origin=self,
+                                                     hub=self.hub))
+
+    async def switch_branch(self, conversation_id: str, message_id: int) -> None:
+        """``switch_branch``: show the branch through ``message_id``; every tab gets a ``snapshot``."""
+        await control.branch_switch(user=self.user, conversation_id=conversation_id, message_id=message_id,
+                                    hub=self.hub)
 
     async def retry(self, conversation_id: str) -> None:
         """``retry``: drop the last exchange and send its text again."""

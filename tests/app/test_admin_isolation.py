@@ -30,16 +30,17 @@ def _conversation(owner: Any, *, title: str, words: dict[str, str], model: str =
     conversation = Conversation.objects.create(owner=owner, title=title, model=model, status="error",
                                                last_error=words["error"], token_count=42,
                                                last_problem={"detail": words["error"]})
-    Message.objects.create(conversation=conversation, position=0, role="user", content=words["question"])
-    assistant = Message.objects.create(conversation=conversation, position=1, role="assistant",
+    question = Message.objects.create(conversation=conversation, position=0, role="user", content=words["question"])
+    assistant = Message.objects.create(conversation=conversation, parent=question, position=1, role="assistant",
                                        content=words["answer"], reasoning_content=words["thought"], model=model,
                                        usage={"inputTokens": 30, "outputTokens": 12}, stop_reason="tool_calls")
     ToolCall.objects.create(message=assistant, position=0, call_id="call_1", name="lookup",
                             arguments='{"q": "%s"}' % words["argument"].replace('"', '\\"'),
                             result={"success": True, "data": words["result"]}, success=True,
                             started_at=now, finished_at=now)
-    Message.objects.create(conversation=conversation, position=2, role="tool", tool_call_id="call_1",
-                           content=words["tool"])
+    conversation.active_leaf = Message.objects.create(conversation=conversation, parent=assistant, position=2,
+                                                      role="tool", tool_call_id="call_1", content=words["tool"])
+    conversation.save(update_fields=["active_leaf"])  # one branch: the transcript (docs/store.md "Branches")
     return conversation
 
 

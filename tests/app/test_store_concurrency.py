@@ -79,15 +79,20 @@ def test_twenty_concurrent_turns_finish_without_database_locked(user: Any) -> No
     assert ToolCall.objects.filter(success=True).count() == 20
 
 
+def _started(start: Callable[[], Any]) -> Any:
+    """What ``start()`` returned, or the slug of the problem it raised."""
+    try:
+        return start()
+    except ProblemError as exc:
+        return exc.slug
+
+
 def test_two_simultaneous_sends_to_one_conversation_give_one_turn(user: Any) -> None:
     for attempt in range(5):
         conversation = store.conversation_create(user=user, model="m")
 
         def send(i: int, cid: Any = conversation.pk) -> Any:
-            try:
-                return store.message_send(user=user, conversation_id=cid, text=f"tab {i}")
-            except ProblemError as exc:
-                return exc.slug
+            return _started(lambda: store.message_send(user=user, conversation_id=cid, text=f"tab {i}"))
 
         results, errors = _in_threads(2, send)
         assert errors == []
@@ -95,3 +100,29 @@ def test_two_simultaneous_sends_to_one_conversation_give_one_turn(user: Any) -> 
         assert len(winners) == 1 and results.count("conflict") == 1, (attempt, results)
         assert Message.objects.filter(conversation=conversation).count() == 2
         assert Conversation.objects.get(pk=conversation.pk).turn_id == winners[0].turn_id
+
+
+def test_a_send_an_edit_and_a_regenerate_at_once_give_one_turn(user: Any) -> None:
+    """One turn per conversation across branches (docs/store.md "Branches"): three tabs
+    starting turns on three branches of one conversation at the same moment."""
+    for attempt in range(3):
+        conversation = store.conversation_create(user=user, model="m")
+        first = store.message_send(user=user, conversation_id=conversation.pk, text="Q1", admit=False)
+        feed = TurnFeed(first)
+        feed.add_delta("A1")
+        assert feed.finish_round(stop_reason="stop", last=True)
+        starts = [
+            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q2", admit=False),
+            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q1'", admit=False,
+                                       replaces=first.user_message.pk),
+            lambda: store.answer_regenerate(user=user, conversation_id=conversation.pk,
+                                            message_id=first.assistant_message_id, admit=False),
+        ]
+        results, errors = _in_threads(3, lambda i: _started(starts[i]))
+        assert errors == []
+        winners = [r for r in results if isinstance(r, store.TurnStart)]
+        assert len(winners) == 1 and results.count("conflict") == 2, (attempt, results)
+        saved = Conversation.objects.get(pk=conversation.pk)
+        assert (saved.turn_id, saved.active_leaf_id) == (winners[0].turn_id, winners[0].assistant_message_id)
+        asked = winners[0].user_message.pk != first.user_message.pk  # a send or an edit (not a regenerate)
+        assert Message.objects.filter(conversation=conversation).count() == 3 + asked, "the losers saved nothing"

@@ -47,6 +47,9 @@ const transcript = new Transcript(ui.transcript, ui.empty, {
   onTurnError: (message) => showError(message, { retry: true }),
   onTurnEnd: (event) => turnEnded(event),
   onDecide: (callId, approved, reason) => decide(callId, approved, reason),
+  onSwitch: (messageId) => branchRequest({ type: "switch_branch", messageId }, false),
+  onEdit: (messageId, text) => branchRequest({ type: "edit", messageId, text, model: header.model }, true),
+  onRegenerate: (messageId) => branchRequest({ type: "regenerate", messageId, model: header.model }, true),
 });
 
 const sequencer = new TurnSequencer({
@@ -324,6 +327,25 @@ function retryTurn() {
   setStreaming(true);
 }
 
+/**
+ * Edit, regenerate or switch branch (docs/websocket.md "Branches"). The server answers every
+ * tab with a snapshot of the new path; `startsTurn`: a turn follows it.
+ */
+function branchRequest(frame, startsTurn) {
+  if (!state.currentId || state.streaming) return;
+  if (!connection.send({ ...frame, conversationId: state.currentId })) {
+    showError("Not connected to the server; try again in a moment.", { retry: false });
+    return;
+  }
+  hideError();
+  if (startsTurn) {
+    state.turnPending = true;
+    setStreaming(true);
+  }
+}
+
+const BRANCH_REQUESTS = new Set(["edit", "regenerate", "switch_branch"]);
+
 function handleErrorFrame(frame) {
   const problem = frame.problem || {};
   const text = problem.detail || frame.message || problem.title || "The server refused that.";
@@ -340,6 +362,10 @@ function handleErrorFrame(frame) {
     // A turn another tab started may be running here: keep showing it (and its Stop).
     setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
     if (isConflict(frame)) state.conflictShown = true;
+  } else if (BRANCH_REQUESTS.has(frame.request)) {
+    // Nothing changed here or on the server: an open editor keeps its text.
+    state.turnPending = false;
+    setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
   } else if (frame.request === "retry") {
     state.turnPending = false;
     setStreaming(false);

@@ -11,6 +11,7 @@ import {
   assistantMessage, fillAssistant, partsOf, renderMarkdown, setCardApproval, setCardArguments, setCardName,
   setCardResult, setCardState, setNote, setReasoning, toolCard, userMessage,
 } from "./render.js";
+import { openEditor, setBranchControls } from "./branches.js";
 
 export const STOPPED_NOTE = "Stopped. This partial answer was not saved.";
 
@@ -26,7 +27,9 @@ export class Transcript {
    * @param {Element} root the transcript element (messages are its direct children)
    * @param {Element} emptyState shown while there is no message
    * @param {{onTurnError: function(string), onTurnEnd: function(object),
-   *          onDecide: function(string, boolean, string)}} hooks (onDecide answers an approval card)
+   *          onDecide: function(string, boolean, string), onSwitch: function(number),
+   *          onEdit: function(number, string), onRegenerate: function(number)}} hooks
+   *   (onDecide answers an approval card; the last three: branches, see branches.js)
    */
   constructor(root, emptyState, hooks) {
     this.root = root;
@@ -50,29 +53,47 @@ export class Transcript {
   applySaved(message) {
     if (!message || message.id == null) return;
     if (message.role === "user") {
-      if (this.find(message.id)) return;
+      const known = this.find(message.id);
+      if (known) {
+        this.decorate(known, message);
+        return;
+      }
       const pending = this.pendingUser();
       // Only this tab's own message confirms its pending one: another tab of the same
       // conversation may have sent first (this tab's send is then refused with `conflict`).
+      let node = pending;
       if (pending && pending.querySelector(".message-body").textContent === (message.content || "")) {
         pending.classList.remove("pending");
         pending.dataset.messageId = String(message.id);
-        this.place(pending);
       } else {
-        this.place(userMessage(message));
+        node = userMessage(message);
       }
+      this.place(node);
+      this.decorate(node, message);
     } else if (message.role === "assistant") {
       const live = this.live.get(String(message.id));
       const node = live ? live.node : this.find(message.id) || assistantMessage(message.id);
       fillAssistant(node, message, this.hooks.onDecide);
       if (message.status === "streaming") node.classList.add("streaming");
       this.place(node);
+      if (message.status !== "streaming") this.decorate(node, message);
       this.hideIfEmpty(node);
     } else if (message.role === "tool" && message.toolCallId) {
       this.applyToolReply(message);
     }
     this.updateEmptyState();
     this.scrollToEnd(false);
+  }
+
+  /** Branch controls (branches.js); Regenerate goes on the message that starts an answer. */
+  decorate(node, message) {
+    const parent = message.parentId == null ? null : this.find(message.parentId);
+    setBranchControls(node, message, {
+      answer: message.role === "assistant" && Boolean(parent && parent.classList.contains("user")),
+      onSwitch: (id) => this.hooks.onSwitch(id),
+      onEdit: (target) => openEditor(target, (text) => this.hooks.onEdit(message.id, text)),
+      onRegenerate: (id) => this.hooks.onRegenerate(id),
+    });
   }
 
   applyToolReply(message) {

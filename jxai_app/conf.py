@@ -103,6 +103,7 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "model_id": LOCAL_MODEL_ALIAS,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
+            "temperature": 0.2,  # llama.cpp's server would use 0.8: a 270M base model then wanders
             # its answers start with the space after "Assistant:" (README "The embedded local model")
             "strip_leading_whitespace": True,
         }

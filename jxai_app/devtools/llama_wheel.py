@@ -97,7 +97,7 @@ def progress_lines(lines: Iterable[str | None], clock: Callable[[], float] = tim
     tenth = 0
     for line in lines:
         now = clock()
-        minutes = f"{(now - started) / 60:.0f} min"
+        minutes = f"{int(now - started) // 60} min"
         step = _STEP.match(line.lstrip()) if line else None
         if step is not None:
             done, total = int(step.group(1)), int(step.group(2))

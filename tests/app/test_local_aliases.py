@@ -12,13 +12,16 @@ FakeProvider on 127.0.0.1 (or a closed port) standing where llama.cpp's server w
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from jxai_app import conf
 from jxai_app.models import Message
-from tests.app.turns_support import Tab, closed_port, hub, text_script, tool_script  # noqa: F401  (fixture)
+from tests.app.turns_support import (  # noqa: F401  (fixture)
+    Tab, closed_port, hub, provider_registry, text_script, tool_script,
+)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,16 +30,10 @@ FORCED = {"type": "function", "function": {"name": "calculate"}}
 
 
 @pytest.fixture
-def local(settings: Any) -> Any:
+def local(settings: Any) -> Iterator[FakeProvider]:
     """The no-provider registry, its local model server URL pointing at a FakeProvider."""
-    provider = FakeProvider().start()
-    settings.JXAI_MODELS = conf.model_registry_dict_from_env({"JXAI_LOCAL_MODEL_URL": provider.url})
-    conf.reset_caches()
-    try:
-        yield provider
-    finally:
-        provider.stop()
-        conf.reset_caches()
+    with provider_registry(settings, lambda url: conf.model_registry_dict_from_env({"JXAI_LOCAL_MODEL_URL": url})) as fake:
+        yield fake
 
 
 async def ask(user: Any, text: str, model: str) -> Tab:

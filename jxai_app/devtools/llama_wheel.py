@@ -144,7 +144,7 @@ def build(version: str, folder: Path) -> Path:
     Raises:
         SystemExit: pip failed (its last lines are printed; the whole output is in :data:`LOG_PATH`).
     """
-    say(f"building {PACKAGE} {version} once for this machine (6-9 min on 2 cores; kept in {folder})")
+    say(f"building {PACKAGE} {version} once for this machine (6-9 min on 2 idle cores, longer on busy ones; kept in {folder})")
     temporary = folder.with_name(f".{folder.name}.{os.getpid()}")
     LOG_PATH.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-v",

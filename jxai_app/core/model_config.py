@@ -13,7 +13,8 @@ The dict::
           "base_url": "https://…",       # API root; for "proxy", the chat URL
           "api_key_env": "OPENAI_API_KEY" | null,   # the key is read at client build time
           "extra_headers": {"Header": "value"},
-          "api_base_url": "https://…"    # "proxy" only: the upstream base URL to ask for
+          "api_base_url": "https://…",   # "proxy" only: the upstream base URL to ask for
+          "unreachable_message": "…"     # optional: what users read when it cannot be reached
         }
       },
       "models": {
@@ -22,9 +23,11 @@ The dict::
           "context_window": 128000,      # tokens (default DEFAULT_CONTEXT_WINDOW)
           "supports_tools": true,        # default true
           "tool_choice": "auto" | "none" | "required" | {…},  # optional
+          "tool_choice_when": "<regex>", # optional: force tool_choice only on user messages it is found in
           "temperature": 0.2,            # optional; omitted = not sent (reasoning models)
           "max_tokens": 4096,            # optional
           "reasoning_effort": "low",     # optional; openai and openai-responses kinds only
+          "strip_leading_whitespace": false,  # optional; openai and openai-responses kinds only
           "label": "GPT-4o",             # optional, for people
           "price": {"input_per_mtok": 0, "output_per_mtok": 0}   # optional: USD per million
                                          # tokens (cached_input_per_mtok too), instead of the
@@ -42,6 +45,7 @@ records; :class:`~jxai_app.core.providers.ModelRegistry` checks how they refer t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -71,6 +75,7 @@ _PROVIDER_SCHEMA: dict[str, Any] = {
         "api_key_env": {"type": ["string", "null"], "pattern": _ENV_NAME},
         "extra_headers": {"type": "object", "additionalProperties": {"type": "string"}},
         "api_base_url": {"type": ["string", "null"]},
+        "unreachable_message": {"type": ["string", "null"], "minLength": 1},
     },
     "additionalProperties": False,
 }
@@ -87,6 +92,8 @@ _MODEL_SCHEMA: dict[str, Any] = {
         "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
         "max_tokens": {"type": ["integer", "null"], "minimum": 1},
         "reasoning_effort": {"type": ["string", "null"], "minLength": 1},
+        "tool_choice_when": {"type": ["string", "null"], "minLength": 1},
+        "strip_leading_whitespace": {"type": "boolean"},
         "label": {"type": ["string", "null"]},
         "price": {
             "type": "object",
@@ -133,6 +140,8 @@ class ProviderConfig:
         api_key_env: the environment variable holding the key, or ``None`` for no key.
         extra_headers: headers added to every request.
         api_base_url: ``proxy`` only: the upstream base URL the proxy should use.
+        unreachable_message: what a user is told when no connection to it can be made
+            (``None``: ``Network error: …``); e.g. which local server to start.
     """
 
     name: str
@@ -141,6 +150,7 @@ class ProviderConfig:
     api_key_env: str | None = None
     extra_headers: Mapping[str, str] = field(default_factory=dict)
     api_base_url: str | None = None
+    unreachable_message: str | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -171,6 +181,11 @@ class ModelConfig:
         price: USD per million tokens (``input_per_mtok``, ``output_per_mtok``, optionally
             ``cached_input_per_mtok``) overriding the published price table; ``None`` = the
             table (docs/operations.md "Cost").
+        tool_choice_when: a regular expression (Python syntax): a forcing ``tool_choice``
+            applies only to a user message it is found in, other messages get ``auto``
+            (``None`` = every user message); ``openai`` and ``openai-responses`` kinds only.
+        strip_leading_whitespace: drop the whitespace each answer's text starts with (a model
+            whose answers start with a space); ``openai`` and ``openai-responses`` kinds only.
     """
 
     alias: str
@@ -184,6 +199,8 @@ class ModelConfig:
     max_tokens: int | None = None
     reasoning_effort: str | None = None
     price: Mapping[str, float] | None = None
+    tool_choice_when: str | None = None
+    strip_leading_whitespace: bool = False
 
 
 def _where(error: ValidationError) -> str:
@@ -233,6 +250,16 @@ def _preset_fields(name: str, preset_name: str, presets: Mapping[str, Any] | Non
     return out
 
 
+def _pattern(alias: str, pattern: str | None) -> str | None:
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigurationError(f"model configuration: models.{alias}.tool_choice_when: {pattern!r} is not a "
+                                     f"regular expression ({exc})") from None
+    return pattern
+
+
 def _provider(name: str, raw: Mapping[str, Any], presets: Mapping[str, Any] | None) -> ProviderConfig:
     merged = _preset_fields(name, raw["preset"], presets) if "preset" in raw else {}
     headers = {**merged.get("extra_headers", {}), **raw.get("extra_headers", {})}
@@ -256,6 +283,7 @@ def _provider(name: str, raw: Mapping[str, Any], presets: Mapping[str, Any] | No
         api_key_env=merged.get("api_key_env"),
         extra_headers=MappingProxyType(headers),
         api_base_url=merged.get("api_base_url"),
+        unreachable_message=merged.get("unreachable_message"),
     )
 
 
@@ -299,6 +327,8 @@ def parse_config(
             max_tokens=raw.get("max_tokens"),
             reasoning_effort=raw.get("reasoning_effort"),
             price=MappingProxyType(dict(raw["price"])) if raw.get("price") is not None else None,
+            tool_choice_when=_pattern(alias, raw.get("tool_choice_when")),
+            strip_leading_whitespace=raw.get("strip_leading_whitespace", False),
         )
         for alias, raw in data["models"].items()
     }

@@ -196,6 +196,7 @@ class ModelRegistry:
             "timeouts": timeouts,
             "transport": transport,
             "pool": pool,
+            "unreachable_message": provider.unreachable_message,
         }
         if provider.kind in ("openai", "openai-responses"):
             kind = OpenAIChatClient if provider.kind == "openai" else ResponsesChatClient
@@ -206,6 +207,8 @@ class ModelRegistry:
                 tool_choice=model.tool_choice if model.tool_choice is not None else "auto",
                 max_tokens=model.max_tokens,
                 reasoning_effort=model.reasoning_effort,
+                tool_choice_when=model.tool_choice_when,
+                strip_leading_whitespace=model.strip_leading_whitespace,
                 **common,
             )
         if provider.kind == "anthropic":

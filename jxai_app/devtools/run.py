@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if local_model_needed(env):
             server = start_local_model(args.host, args.model_port)
             assert server.process is not None
-            children.append(("the local model server", server.process))
+            children.append((f"the local model server (log: {LOG_PATH.relative_to(PROJECT_DIR)})", server.process))
             env.update(app_environment(args.host, args.model_port, DEFAULT_N_CTX))
         else:
             say("a provider is configured: not starting the embedded model")
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             say("daphne did not start")
             return 1
         say(f"jxai is running at http://{args.host}:{args.port}/  (Ctrl-C stops it)")
-        return supervise(children, say=say, grace=STOP_GRACE_SECONDS)
+        return supervise(children, say=say, grace=STOP_GRACE_SECONDS, advice="make run starts jxai again")
     except KeyboardInterrupt:
         say("interrupted")
         return 0

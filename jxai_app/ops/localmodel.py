@@ -205,7 +205,7 @@ def wait_until_ready(
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         while True:
             if process is not None and process.poll() is not None:
-                raise LocalModelError(f"the local model server exited with code {process.returncode}")
+                raise LocalModelError(f"the local model server {how_it_ended(process.returncode)}")
             try:
                 response = client.get(f"{url}/models")
                 if response.status_code == 200:
@@ -273,8 +273,18 @@ def stop_child(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> int 
     return process.returncode
 
 
+def how_it_ended(returncode: int) -> str:
+    """A process's end in words: ``"was killed by SIGSEGV"``, ``"exited with code 3"``, ``"exited"``."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}" if returncode else "exited"
+
+
 def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: float = 0.5,
-              grace: float = 10.0, say: Any = print) -> int:
+              grace: float = 10.0, say: Any = print, advice: str = "") -> int:
     """Keep ``children`` running until one exits or we receive SIGINT/SIGTERM; then stop them all.
 
     SIGINT and SIGTERM both become ``KeyboardInterrupt`` while this runs (even when SIGINT
@@ -286,10 +296,12 @@ def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: 
         poll: seconds between liveness checks.
         grace: seconds each child gets between SIGTERM and SIGKILL.
         say: where progress lines go (``print`` by default).
+        advice: appended to the one line that says a child ended by itself (what to do next).
 
     Returns:
-        ``0`` after a signal; otherwise the exit code of the child that exited first (``1``
-        when that code was ``0``, since a server that exits on its own is a failure).
+        ``0`` after a signal; otherwise the exit code of the child that exited first, or ``1``
+        when it exited with ``0`` or was killed by a signal (a server that ends on its own is a
+        failure; a negative code would reach the shell as 256 minus the signal, e.g. 241).
     """
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     code = 0
@@ -298,8 +310,10 @@ def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: 
             ended = next(((label, proc) for label, proc in children if proc.poll() is not None), None)
             if ended is not None:
                 label, proc = ended
-                say(f"{label} exited with code {proc.returncode}; stopping the rest")
-                code = proc.returncode or 1
+                rest = [other for other, process in children if process is not proc]
+                say(f"{label} {how_it_ended(proc.returncode)}; stopping {' and '.join(rest) or 'here'}"
+                    + (f". {advice}" if advice else ""))
+                code = proc.returncode if proc.returncode > 0 else 1
                 break
             time.sleep(poll)
     except KeyboardInterrupt:

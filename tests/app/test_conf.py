@@ -11,6 +11,7 @@ import pytest
 from jxai_app.conf import model_registry_dict_from_env, uses_local_model
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.providers import ModelRegistry
+from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
 
 
 def test_nothing_set_gives_the_local_model_and_its_calculator_and_notes_aliases() -> None:
@@ -22,6 +23,13 @@ def test_nothing_set_gives_the_local_model_and_its_calculator_and_notes_aliases(
     assert registry.default_alias == "gemma-3-270m"
     assert data["providers"]["local"]["base_url"] == "http://127.0.0.1:8081/v1"
     assert uses_local_model({})
+    plain, calculator = (registry.get(alias) for alias in registry.aliases())
+    assert plain.strip_leading_whitespace and calculator.strip_leading_whitespace
+    assert (plain.tool_choice, plain.tool_choice_when) == (None, None)
+    assert calculator.tool_choice == {"type": "function", "function": {"name": "calculate"}}
+    assert calculator.tool_choice_when == ARITHMETIC_PATTERN
+    told = registry.provider("local").unreachable_message or ""
+    assert "http://127.0.0.1:8081/v1 is not answering" in told and "make run" in told
 
 
 def test_openai_variables_configure_one_default_model_and_skip_the_local_one() -> None:

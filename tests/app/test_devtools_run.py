@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from jxai_app.devtools.run import port_free
+from jxai_app.ops.localmodel import spawn_child, supervise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +65,17 @@ def test_a_busy_model_port_stops_make_run_before_it_touches_the_database(tmp_pat
     assert out.returncode == 1, said
     assert "is in use" in said and "RUN_ARGS='--model-port N'" in said
     assert not database.exists()  # not migrated, nothing recovered
+
+
+def test_a_child_killed_by_a_signal_is_said_in_one_line_and_the_others_are_stopped() -> None:
+    # The model server killed by SIGSEGV used to end `make run` with the raw code (-11: the
+    # shell's 245) and make's own "*** Error 245" line.
+    model = spawn_child([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    web = spawn_child([sys.executable, "-c", "import time; time.sleep(60)"])
+    said: list[str] = []
+    code = supervise([("the local model server (log: .cache/localmodel.log)", model), ("daphne", web)],
+                     poll=0.05, say=said.append, advice="make run starts jxai again")
+    assert code == 1
+    assert said == ["the local model server (log: .cache/localmodel.log) was killed by SIGSEGV; stopping daphne. "
+                    "make run starts jxai again"]
+    assert web.poll() is not None  # stopped with it

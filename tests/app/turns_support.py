@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import pytest
@@ -44,18 +45,26 @@ def models_config(base_url: str, *, down_url: str | None = None) -> dict[str, An
     return {"providers": providers, "models": models, "roles": {"default": MODEL}}
 
 
-@pytest.fixture
-def fake(settings: Any) -> Iterator[FakeProvider]:
-    """A FakeProvider on 127.0.0.1 configured as the default model (``fake-model``), plus a
-    ``down-model`` whose port refuses connections."""
+@contextmanager
+def provider_registry(settings: Any, registry: Callable[[str], dict[str, Any]]) -> Iterator[FakeProvider]:
+    """A FakeProvider on 127.0.0.1 and, while it runs, ``registry(its base URL)`` as the model registry."""
     provider = FakeProvider().start()
-    settings.JXAI_MODELS = models_config(provider.url, down_url=f"http://127.0.0.1:{closed_port()}/v1")
+    settings.JXAI_MODELS = registry(provider.url)
     conf.reset_caches()
     try:
         yield provider
     finally:
         provider.stop()
         conf.reset_caches()
+
+
+@pytest.fixture
+def fake(settings: Any) -> Iterator[FakeProvider]:
+    """A FakeProvider on 127.0.0.1 configured as the default model (``fake-model``), plus a
+    ``down-model`` whose port refuses connections."""
+    down = f"http://127.0.0.1:{closed_port()}/v1"
+    with provider_registry(settings, lambda url: models_config(url, down_url=down)) as provider:
+        yield provider
 
 
 @pytest.fixture

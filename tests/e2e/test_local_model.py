@@ -8,6 +8,9 @@ One llama-cpp-python server (``jxai_app.ops.localmodel``) serves Gemma 3 270M on
   call with ``tool_choice`` (the small base model never calls a tool unprompted, README "The
   embedded local model"), the real built-in tool runs, round 2 sends its result back and the
   model answers in text;
+* the app's two local aliases, as ``conf`` builds them: the calculator alias computes "What is
+  12 times 7?" with the tool and answers 84, and calls no tool for "What is the capital of
+  Italy?"; answers never start with whitespace, turn after turn;
 * ``manage.py runlocalmodel`` and ``python -m jxai_app.devtools.run`` start, answer, and leave
   no process behind after SIGINT / SIGTERM.
 
@@ -17,6 +20,7 @@ Needs the ``[local]`` extra (``pip install -e '.[test,local]'``). About 30 s on 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -30,7 +34,9 @@ from typing import IO, Any
 import httpx
 import pytest
 
+from jxai_app import conf
 from jxai_app.ops import localmodel
+from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
 from jxai_app.core.streaming.events import (
     DeltaEvent,
@@ -122,6 +128,65 @@ async def test_a_forced_tool_call_runs_and_its_result_gets_an_answer(server: loc
     assert reply == results[0].message and reply["tool_call_id"] == call["tool_calls"][0]["id"]
     assert answer["role"] == "assistant" and answer["content"].strip()
     assert end.usage.rounds == 2 and end.usage.tool_rounds == 1
+
+
+def alias_client(server: localmodel.LocalModelServer, alias: str) -> Any:
+    """The client the app builds for ``alias`` when no provider is configured and the model is at ``server``."""
+    registry = ModelRegistry.from_dict(conf.model_registry_dict_from_env({"JXAI_LOCAL_MODEL_URL": server.url}))
+    return registry.build_client(alias)
+
+
+async def chat(client: Any, history: list[dict[str, Any]]) -> list[Any]:
+    stop = asyncio.Event()
+
+    def context(call_id: str, name: str) -> ToolContext:
+        return ToolContext(user="e2e", conversation_id=None, call_id=call_id, signal=stop, model="local")
+
+    return [event async for event in run_turn(
+        client=client, tools=default_registry(), history=history, system_prompt=SYSTEM,
+        policy=AgentPolicy(max_tool_rounds=2, max_rounds=3), signal=stop, context_factory=context)]
+
+
+async def test_the_calculator_alias_computes_12_times_7_and_leaves_the_capital_of_italy_alone(
+        server: localmodel.LocalModelServer) -> None:
+    client = alias_client(server, conf.LOCAL_CALCULATOR_ALIAS)
+    events = await chat(client, [{"role": "user", "content": "What is 12 times 7?"}])
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    end = events[-1]
+    assert isinstance(end, TurnEndEvent) and end.outcome == "complete", end
+    assert [r.name for r in results] == ["calculate"], events
+    assert json.loads(results[0].message["content"])["data"]["result"] == 84
+    answer = end.appended[-1]["content"]
+    assert "84" in answer and answer == answer.lstrip(), answer  # from the result, not the template's example
+
+    events = await chat(client, [{"role": "user", "content": "What is the capital of Italy?"}])
+    end = events[-1]
+    assert isinstance(end, TurnEndEvent) and end.outcome == "complete", end
+    assert not [e for e in events if isinstance(e, ToolCallStartEvent)], events  # no arithmetic: not forced
+    assert [m["role"] for m in end.appended] == ["assistant"] and end.appended[0]["content"].strip()
+
+
+async def test_answers_start_with_no_whitespace_turn_after_turn(server: localmodel.LocalModelServer) -> None:
+    client = alias_client(server, conf.LOCAL_MODEL_ALIAS)
+    history: list[dict[str, Any]] = []
+    answers = []
+    for question in ("Hello!", "What is the capital of France?", "Name a colour.",
+                     "Write a Markdown table of two fruits and their colours."):
+        history.append({"role": "user", "content": question})
+        end = (await chat(client, history))[-1]
+        assert isinstance(end, TurnEndEvent) and end.outcome == "complete", end
+        history.extend(end.appended)
+        answers.append(end.appended[-1]["content"])
+    assert all(a and a == a.lstrip() for a in answers), answers
+
+
+def test_the_template_writes_every_message_trimmed() -> None:
+    from llama_cpp.llama_chat_format import hf_tokenizer_config_to_chat_formatter
+
+    formatter = hf_tokenizer_config_to_chat_formatter(json.loads(localmodel.DIALOGUE_TEMPLATE.read_text()))
+    prompt = formatter(messages=[{"role": "user", "content": " Hi "}, {"role": "assistant", "content": "   Hello."},
+                                 {"role": "user", "content": "Thanks"}]).prompt
+    assert prompt.endswith("User: Hi\nAssistant: Hello.\nUser: Thanks\nAssistant:"), prompt
 
 
 def test_a_damaged_model_file_is_replaced_by_a_verified_one(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ Then headless Chromium (Debian's ``/usr/bin/chromium``):
 * logs in with the credentials the orchestrator printed;
 * asks a question and receives the real local model's answer as several streamed ``delta``
   events over the websocket, shown in the page; a reload shows the saved answer;
-* picks the ``gemma-3-270m-calculator`` alias (``tool_choice`` forces ``calculate``) and sees a
-  ``calculate`` tool card reach its final state, then the answer of the round after it.
+* picks the ``gemma-3-270m-calculator`` alias (``tool_choice`` forces ``calculate`` on arithmetic)
+  and sees a ``calculate`` tool card reach its final state, then the answer of the round after
+  it; then asks "What is the capital of Italy?" and gets an answer with no tool card.
 
 Finally SIGINT (Ctrl-C) stops the orchestrator: exit code 0, both ports closed, and no child or
 grandchild process left. Needs the ``[local]`` extra (``make test`` installs it). About 25 s.
@@ -228,7 +229,7 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             # The calculator alias: the forced call runs the real tool, then the model answers.
             page.get_by_test_id("new-conversation").click()
             page.get_by_test_id("model").select_option(conf.LOCAL_CALCULATOR_ALIAS)
-            page.get_by_test_id("composer").fill("What is 6 times 7?")
+            page.get_by_test_id("composer").fill("What is 12 times 7?")
             page.get_by_test_id("composer").press("Enter")
             card = page.get_by_test_id("tool-call").first
             card.wait_for(timeout=60_000)
@@ -239,10 +240,19 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             results = [i["event"] for f in frames if f.get("type") == "events" for i in f["items"]
                        if i["event"]["type"] == "tool_result"]
             assert [r["name"] for r in results] == ["calculate"], results  # the real tool ran once
-            # The model's arguments decide success ("6 * 7" → 42); the card shows what happened.
+            # The model's arguments decide success ("12 * 7" → 84); the card shows what happened.
             assert card.get_attribute("data-state") == ("success" if results[0]["success"] else "failure")
             assert page.get_by_test_id("message-assistant").count() == 2  # the call's round, then the answer's
             page.screenshot(path=str(RESULTS / "make-run-calculator.png"))
+
+            # No arithmetic in the next question: the calculator alias answers without the tool.
+            page.get_by_test_id("composer").fill("What is the capital of Italy?")
+            page.get_by_test_id("composer").press("Enter")
+            wait_until(page, lambda: idle_after(frames, 3), "the third turn's end")
+            expect(page.locator("[data-testid=message-assistant].streaming")).to_have_count(0)
+            expect(page.get_by_test_id("tool-call")).to_have_count(1)  # still only the first one
+            assert page.get_by_test_id("message-assistant").count() == 3
+            page.screenshot(path=str(RESULTS / "make-run-calculator-no-tool.png"))
         except BaseException:
             RESULTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(RESULTS / "make-run-failure.png"))

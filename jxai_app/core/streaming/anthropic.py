@@ -330,13 +330,17 @@ class AnthropicChatClient(BaseChatClient):
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
+        unreachable_message: what the ``error`` says when no connection can be made
+            (:class:`~.base.BaseChatClient`).
     """
 
     def __init__(self, *, base_url: str = "https://api.anthropic.com/v1", model: str, api_key: str | None = None,
                  max_tokens: int = 4096, temperature: float | None = None,
                  extra_headers: Mapping[str, str] | None = None, timeouts: ClientTimeouts | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, pool: ConnectionPool | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
+                 transport: httpx.AsyncBaseTransport | None = None, pool: ConnectionPool | None = None,
+                 unreachable_message: str | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool,
+                         unreachable_message=unreachable_message)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key

@@ -30,7 +30,7 @@ import httpx
 from httpx_sse import ServerSentEvent
 
 from jxai_app.core.errors import ConfigurationError
-from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, StreamEvent
+from jxai_app.core.streaming.events import DeltaEvent, DoneEvent, ErrorEvent, StreamEvent
 from jxai_app.core.streaming.fault import (
     MAX_ERROR_BODY,
     UpstreamFault,
@@ -170,17 +170,26 @@ class BaseChatClient:
         extra_headers: headers added to every request (after the client's own, so they win).
         pool: send through this pool's shared, kept-alive connections instead of a fresh
             ``AsyncClient`` per call (ignored when ``transport`` is given).
+        unreachable_message: the ``error`` message (and problem ``detail``) when no connection
+            to the provider can be made (refused, no route), instead of ``Network error: …``:
+            which server is not answering and what to do (docs/streaming.md "Errors and their codes").
+        strip_leading_whitespace: drop the whitespace an answer's text starts with (every
+            response's first ``delta`` events until one has other text; docs/streaming.md "Text
+            and reasoning"), for a model that starts every answer with a space.
     """
 
     _body_code_first: bool = False
     """Non-2xx: prefer the body's own string ``code`` over the status (docs/streaming.md "Proxy client")."""
 
     def __init__(self, *, timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 extra_headers: Mapping[str, str] | None = None, pool: ConnectionPool | None = None) -> None:
+                 extra_headers: Mapping[str, str] | None = None, pool: ConnectionPool | None = None,
+                 unreachable_message: str | None = None, strip_leading_whitespace: bool = False) -> None:
         self.timeouts = timeouts or ClientTimeouts()
         self.transport = transport
         self.pool = pool if transport is None else None
         self.extra_headers: dict[str, str] = dict(extra_headers or {})
+        self.unreachable_message = unreachable_message
+        self.strip_leading_whitespace = strip_leading_whitespace
 
     # -- what a provider supplies ----------------------------------------------------------
     async def _prepare(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
@@ -233,10 +242,17 @@ class BaseChatClient:
                 raise Cancelled()
             batches = self._exchange(prepared, guard)
             is_set = signal.is_set if signal is not None else None
+            strip = self.strip_leading_whitespace
             async for batch in batches:
                 for event in batch:
                     if is_set is not None and is_set():
                         raise Cancelled()
+                    if strip and type(event) is DeltaEvent:
+                        text = event.content.lstrip()
+                        if not text:
+                            continue
+                        strip = False
+                        event = DeltaEvent(content=text)
                     yield event
                     if type(event) is DoneEvent or type(event) is ErrorEvent:
                         return
@@ -252,7 +268,7 @@ class BaseChatClient:
         except httpx.TimeoutException as exc:
             yield _CANCELLED if guard.cancelled else _timeout_event(exc, self.timeouts)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            yield _CANCELLED if guard.cancelled else _network_event(exc)
+            yield _CANCELLED if guard.cancelled else _network_event(exc, self.unreachable_message)
         except Exception as exc:  # a bug of ours: still one error event, never a raise
             if guard.cancelled:
                 yield _CANCELLED
@@ -401,7 +417,9 @@ def _timeout_event(exc: httpx.TimeoutException, timeouts: ClientTimeouts) -> Err
     return UpstreamFault("timeout", message, slug="upstream-timeout").to_event()
 
 
-def _network_event(exc: httpx.HTTPError | httpx.InvalidURL) -> ErrorEvent:
+def _network_event(exc: httpx.HTTPError | httpx.InvalidURL, unreachable_message: str | None) -> ErrorEvent:
+    if unreachable_message and isinstance(exc, httpx.ConnectError):
+        return UpstreamFault("network_error", unreachable_message).to_event()
     if isinstance(exc, httpx.RemoteProtocolError):
         reason = "the connection closed before the answer was complete"
     elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):

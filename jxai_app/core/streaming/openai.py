@@ -10,6 +10,7 @@ Groq, DeepSeek, Ollama, vLLM, llama.cpp's server and other compatible gateways (
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final, Mapping, Sequence
 
 import httpx
@@ -297,6 +298,9 @@ class OpenAIChatClient(BaseChatClient):
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
         reasoning_effort: sent as ``reasoning_effort`` when set (OpenAI's reasoning models;
             Gemini maps it to its thinking budget, docs/providers.md "Google Gemini (OpenAI-compatible endpoint)").
+        tool_choice_when: a regular expression; a forcing ``tool_choice`` applies only to a user
+            message it is found in (:func:`tool_choice_for`); ``None``: to every user message.
+        unreachable_message, strip_leading_whitespace: see :class:`~.base.BaseChatClient`.
 
     A tool call that arrives with an ``extra_content`` object (Gemini's thought signature) gets
     it back when the same client sends that call in a later request of the turn (the agent loop
@@ -307,8 +311,10 @@ class OpenAIChatClient(BaseChatClient):
                  tool_choice: Any = "auto", extra_headers: Mapping[str, str] | None = None,
                  timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
                  max_tokens: int | None = None, pool: ConnectionPool | None = None,
-                 reasoning_effort: str | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
+                 reasoning_effort: str | None = None, tool_choice_when: str | None = None,
+                 unreachable_message: str | None = None, strip_leading_whitespace: bool = False) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool,
+                         unreachable_message=unreachable_message, strip_leading_whitespace=strip_leading_whitespace)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -316,6 +322,7 @@ class OpenAIChatClient(BaseChatClient):
         self.tool_choice = tool_choice
         self.max_tokens = max_tokens
         self.reasoning_effort = reasoning_effort
+        self.tool_choice_when = re.compile(tool_choice_when) if tool_choice_when is not None else None
         self._extras: dict[str, dict[str, Any]] = {}
         """Call id → ``extra_content`` received with that call, for this client's life (one turn)."""
 
@@ -340,7 +347,7 @@ class OpenAIChatClient(BaseChatClient):
             body["reasoning_effort"] = self.reasoning_effort
         if tools:
             body["tools"] = list(tools)
-            body["tool_choice"] = tool_choice_for(self.tool_choice, messages, tools)
+            body["tool_choice"] = tool_choice_for(self.tool_choice, messages, tools, self.tool_choice_when)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/chat/completions", headers, body)
 
@@ -372,22 +379,28 @@ def _wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def tool_choice_for(configured: Any, messages: Sequence[Mapping[str, Any]],
-                     tools: Sequence[Mapping[str, Any]]) -> Any:
-    """The ``tool_choice`` of one request (jxai's rule, not a provider's).
+                    tools: Sequence[Mapping[str, Any]], when: re.Pattern[str] | None = None) -> Any:
+    """The ``tool_choice`` of one request (jxai's rule, not a provider's; docs/streaming.md
+    "OpenAI-compatible requests").
 
     A forcing choice (``"required"`` or a named function, set on a model alias for small
     models that never call a tool unprompted) applies only to the request that answers the
     user, i.e. when the history ends with a ``user`` message; after tool results the request
     says ``auto``, or a forced model would call the tool again after every result until the
-    round budget runs out. ``auto`` and ``none`` are sent as configured. A named function
-    that is not among this request's ``tools`` (a tool policy withheld it from the user)
-    becomes ``auto``: OpenAI rejects such a request and llama.cpp's server answers it with
-    an empty HTTP 200.
+    round budget runs out. With ``when`` (the model's ``tool_choice_when``) it applies only
+    when ``when`` is found in that user message's text (a calculator forced on "12 times 7",
+    not on "the capital of Italy"); otherwise ``auto``. ``auto`` and ``none`` are sent as
+    configured. A named function that is not among this request's ``tools`` (a tool policy
+    withheld it from the user) becomes ``auto``: OpenAI rejects such a request and
+    llama.cpp's server answers it with an empty HTTP 200.
     """
     if isinstance(configured, Mapping):
         name = (configured.get("function") or {}).get("name")
         if name is not None and name not in {(t.get("function") or {}).get("name") for t in tools}:
             return "auto"
-    if configured in ("auto", "none") or not messages or messages[-1].get("role") == "user":
+    if configured in ("auto", "none") or not messages:
+        return configured
+    last = messages[-1]
+    if last.get("role") == "user" and (when is None or when.search(text_of(last.get("content"))) is not None):
         return configured
     return "auto"

@@ -81,6 +81,8 @@ class ProxyChatClient(BaseChatClient):
         timeouts: connect / first-byte / idle limits in seconds.
         transport: an ``httpx`` transport instead of the network (tests).
         pool: shared kept-alive connections (:class:`~jxai_app.core.streaming.pool.ConnectionPool`).
+        unreachable_message: what the ``error`` says when no connection can be made
+            (:class:`~.base.BaseChatClient`).
     """
 
     _body_code_first = True
@@ -88,8 +90,9 @@ class ProxyChatClient(BaseChatClient):
     def __init__(self, *, chat_url: ChatURL, model: str | None = None, api_key: str | None = None,
                  api_base_url: str | None = None, extra_headers: Mapping[str, str] | None = None,
                  timeouts: ClientTimeouts | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 pool: ConnectionPool | None = None) -> None:
-        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool)
+                 pool: ConnectionPool | None = None, unreachable_message: str | None = None) -> None:
+        super().__init__(timeouts=timeouts, transport=transport, extra_headers=extra_headers, pool=pool,
+                         unreachable_message=unreachable_message)
         self.chat_url = chat_url
         self.model = model
         self.api_key = api_key

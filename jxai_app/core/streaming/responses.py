@@ -355,7 +355,8 @@ class ResponsesChatClient(OpenAIChatClient):
             body["reasoning"] = {"effort": self.reasoning_effort, "summary": "auto"}
         if tools:
             body["tools"] = convert_tools(tools)
-            body["tool_choice"] = _responses_tool_choice(tool_choice_for(self.tool_choice, messages, tools))
+            choice = tool_choice_for(self.tool_choice, messages, tools, self.tool_choice_when)
+            body["tool_choice"] = _responses_tool_choice(choice)
             body["parallel_tool_calls"] = True
         return PreparedRequest(self.base_url + "/responses", headers, body)
 

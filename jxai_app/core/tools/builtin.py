@@ -14,6 +14,7 @@ import datetime as dt
 import inspect
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -23,6 +24,7 @@ from jxai_app.core.tools.definition import ToolDefinition, tool, tool_error, too
 from jxai_app.core.tools.registry import ToolRegistry
 
 __all__ = [
+    "ARITHMETIC_PATTERN",
     "MAX_EXPRESSION_CHARS",
     "MAX_EXPONENT",
     "MAX_INT_BITS",
@@ -35,6 +37,7 @@ __all__ = [
     "evaluate_expression",
     "make_save_note_tool",
     "make_search_conversations_tool",
+    "spell_out",
 ]
 
 # --- current date and time -------------------------------------------------------------
@@ -237,12 +240,68 @@ def _eval(node: ast.AST) -> Number:
     raise _CalcError(f"{type(node).__name__} is not allowed; use numbers, + - * / // % **, parentheses and math functions")
 
 
+# Words people (and small models) write for the operators, each with the operator it stands
+# for (docs/agent.md "Built-in tools"). One word becomes one operator, so the operations an
+# expression of MAX_EXPRESSION_CHARS characters can hold stay as few as with symbols.
+_OPERATOR_WORDS: tuple[tuple[str, str], ...] = (
+    (r"multiplied\s+by|times", "*"),
+    (r"divided\s+by|over", "/"),
+    (r"plus", "+"),
+    (r"minus", "-"),
+    (r"(?:raised\s+)?to\s+the\s+power\s+of", "**"),
+    (r"modulo|mod", "%"),
+)
+_WORD_OPERATORS = [(re.compile(rf"\b(?:{words})\b", re.IGNORECASE), f" {symbol} ") for words, symbol in _OPERATOR_WORDS]
+_SIGNS: dict[str, str] = {"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-"}
+_SIGN = re.compile("|".join(map(re.escape, _SIGNS)))
+_TIMES_X = re.compile(r"(?<=[\d.)])(?<!\b0)\s*[xX]\s*(?=[\d.(])")
+"""``x`` between two operands (``12 x 7``, ``12x7``, ``(1+2)x3``), never a hex prefix (``0x10``)."""
+_POWER_WORDS = re.compile(r"\s*\b(squared|cubed)\b", re.IGNORECASE)
+_LEAD_WORDS = re.compile(r"^\s*(?:what\s+is|what's|how\s+much\s+is|calculate|compute)\s+", re.IGNORECASE)
+_TRAILING = re.compile(r"[\s?=!]+$")
+
+_NUMBER = r"\d+(?:\.\d+)?"
+ARITHMETIC_PATTERN = (
+    rf"(?i){_NUMBER}\s*(?:\*\*|[-+*/%^×·÷−x]|\b(?:{'|'.join(w for w, _ in _OPERATOR_WORDS)})\b)\s*\(?\s*-?{_NUMBER}"
+    rf"|{_NUMBER}\s*\b(?:squared|cubed)\b"
+    rf"|\b(?:{'|'.join(_FUNCTIONS)})\s*\(\s*-?{_NUMBER}"
+)
+"""A regular expression that finds arithmetic in a sentence: two numbers joined by an operator
+or one of the words ``calculate`` reads (``12 times 7``, ``3.5 / 2``, ``2 to the power of 8``),
+a number ``squared`` or ``cubed``, or a function of a number (``sqrt(2)``). Not in "the
+capital of Italy" or "a poem about 3 cats". The embedded model's calculator alias forces
+``calculate`` only on a user message it finds in (its ``tool_choice_when``, README "The
+embedded local model")."""
+
+
+def spell_out(expression: str) -> str:
+    """``expression`` with the words and signs people write for operators replaced by
+    Python's: ``times``/``multiplied by``/``x``/``×`` → ``*``, ``divided by``/``over``/``÷`` →
+    ``/``, ``plus`` → ``+``, ``minus``/``−`` → ``-``, ``to the power of`` → ``**``,
+    ``squared``/``cubed`` → ``** 2``/``** 3``, ``mod``/``modulo`` → ``%``; a leading "what
+    is" / "calculate" and a trailing ``?`` or ``=`` are dropped. Text without any of them is
+    returned unchanged (so a symbolic expression keeps its spacing).
+
+    Example: ``spell_out("What is 12 times 7?") == "12 * 7"``.
+    """
+    text = _LEAD_WORDS.sub("", expression)
+    text = _TRAILING.sub("", text)
+    text = _SIGN.sub(lambda m: f" {_SIGNS[m.group(0)]} ", text)
+    text = _TIMES_X.sub(" * ", text)
+    text = _POWER_WORDS.sub(lambda m: " ** 2" if m.group(1).lower() == "squared" else " ** 3", text)
+    for pattern, symbol in _WORD_OPERATORS:
+        text = pattern.sub(symbol, text)
+    return expression.strip() if text == expression else " ".join(text.split())
+
+
 def evaluate_expression(expression: str) -> Number:
     """Evaluate arithmetic safely (no ``eval``): an ``ast`` whitelist walk whose cost is bounded.
 
     Allowed: int and float literals, ``+ - * / // % **``, unary ``+``/``-``, parentheses,
-    the constants ``pi``, ``e``, ``tau`` and the functions in ``_FUNCTIONS``. Bounds, each
-    checked *before* the operation runs: ``MAX_EXPRESSION_CHARS`` characters,
+    the constants ``pi``, ``e``, ``tau``, the functions in ``_FUNCTIONS`` and the operator
+    words :func:`spell_out` replaces (``12 times 7``). Bounds, each
+    checked *before* the operation runs: ``MAX_EXPRESSION_CHARS`` characters (of the text as
+    given: a word becomes one operator, so words allow no more operations than symbols),
     ``|exponent| ≤ MAX_EXPONENT``, ``|ndigits| ≤ MAX_ROUND_DIGITS`` for ``round``, every
     integer result ≤ ``MAX_INT_BITS`` bits (estimated from the operands' sizes); every float
     ≤ 1e300 in magnitude. So a call is at most ~100 operations on numbers of at most 1000
@@ -262,7 +321,7 @@ def evaluate_expression(expression: str) -> Number:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise _CalcError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = ast.parse(spell_out(expression), mode="eval")
     except SyntaxError as exc:
         raise _CalcError(f"the expression is not valid arithmetic ({exc.msg})") from None
     try:
@@ -286,13 +345,15 @@ def calculate(
 
     Use it for any calculation rather than computing in your head.
     """
+    # Words are read too ("12 times 7"); the result names the expression as computed ("12 * 7").
     try:
         value = evaluate_expression(expression)
     except ZeroDivisionError:
         return tool_error("Division by zero.")
     except ValueError as exc:
         return tool_error(f"Cannot calculate: {exc}.")
-    return tool_success({"expression": expression, "result": value}, summary=f"{expression.strip()} = {value}")
+    computed = spell_out(expression)
+    return tool_success({"expression": computed, "result": value}, summary=f"{computed} = {value}")
 
 
 # --- search over the requesting user's conversations ---------------------------------------

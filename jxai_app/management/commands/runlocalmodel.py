@@ -47,4 +47,4 @@ class Command(BaseCommand):
             f"(answered after {server.load_seconds:.1f} s). Ctrl-C stops it."))
         code = localmodel.supervise([("the local model server", server.process)], say=self.stdout.write)
         if code:
-            raise CommandError(f"the local model server exited with code {code}")
+            raise CommandError(f"the local model server {localmodel.how_it_ended(server.process.returncode)}")

@@ -4,15 +4,22 @@
 - a forcing ``tool_choice`` applies only to the request that answers the user, and never
   names a tool the request does not offer;
 - a delta carrying both ``tool_calls`` and the legacy ``function_call`` (llama.cpp sends
-  each fragment in both) counts once.
+  each fragment in both) counts once;
+- with ``tool_choice_when`` the forcing applies only to a user message the pattern is found in;
+- ``strip_leading_whitespace`` drops the whitespace each answer's text starts with;
+- ``unreachable_message`` replaces ``Network error: …`` when nothing accepts the connection.
 """
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from jxai_app.core.streaming import OpenAIChatClient
-from tests.support.fake_provider import FakeProvider, Script, openai_text_stream, sse
+from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
+from tests.support.fake_provider import FakeProvider, Script, openai_text_stream, openai_tool_call_stream, sse
+from tests.support.net import free_port
 
 TOOLS = [{"type": "function", "function": {"name": "calculate", "parameters": {"type": "object"}}}]
 FORCED = {"type": "function", "function": {"name": "calculate"}}
@@ -63,3 +70,45 @@ async def test_llamacpp_fragments_sent_in_tool_calls_and_function_call_count_onc
     args = "".join(e["args"] for e in events if e["type"] == "tool_call_delta")
     assert json.loads(args) == {"expression": "6*7"}
     assert [e["type"] for e in events].count("tool_call_start") == 1
+
+
+async def test_with_a_pattern_the_tool_is_forced_only_on_a_user_message_it_is_found_in() -> None:
+    asked = ["What is 12 times 7?", "Write a poem about the sea.", [{"type": "text", "text": "And 3.5 / 2?"}],
+             "What is the capital of Italy?"]
+    with FakeProvider([Script(writes=openai_text_stream(["ok"])) for _ in asked]) as fake:
+        client = OpenAIChatClient(base_url=fake.url, model="m", tool_choice=FORCED, tool_choice_when=ARITHMETIC_PATTERN)
+        for content in asked:
+            assert (await _collect(client, [{"role": "user", "content": content}]))[-1]["type"] == "done"
+    assert [r.json["tool_choice"] for r in fake.requests] == [FORCED, "auto", FORCED, "auto"]
+
+
+@pytest.mark.parametrize(("strip", "expected"), [(True, "The capital\n is Rome."), (False, " \n The capital\n is Rome.")])
+async def test_leading_whitespace_of_each_answer_is_stripped_when_asked(strip: bool, expected: str) -> None:
+    parts = [" ", "\n The", " capital\n", " is Rome."]
+    with FakeProvider([Script(writes=openai_text_stream(parts)), Script(writes=openai_text_stream(parts))]) as fake:
+        client = OpenAIChatClient(base_url=fake.url, model="m", strip_leading_whitespace=strip)
+        for _ in range(2):  # every answer (every request of a turn), not only the first
+            events = await _collect(client, [{"role": "user", "content": "Capital of Italy?"}])
+            deltas = [e["content"] for e in events if e["type"] == "delta"]
+            assert "".join(deltas) == expected
+            assert all(deltas)  # a delta left empty by the stripping is not sent
+
+
+async def test_stripping_keeps_the_text_before_a_tool_call_and_the_call() -> None:
+    stream = openai_tool_call_stream("c1", "calculate", ['{"expression": "6 * 7"}'], text=["  6 times 7:"])
+    with FakeProvider([Script(writes=stream)]) as fake:
+        client = OpenAIChatClient(base_url=fake.url, model="m", strip_leading_whitespace=True)
+        events = await _collect(client, [{"role": "user", "content": "6 times 7?"}])
+    assert "".join(e["content"] for e in events if e["type"] == "delta") == "6 times 7:"
+    assert json.loads("".join(e["args"] for e in events if e["type"] == "tool_call_delta")) == {"expression": "6 * 7"}
+
+
+@pytest.mark.parametrize("told", ["The local model server at http://127.0.0.1/v1 is not answering.", None])
+async def test_a_refused_connection_says_what_the_configuration_says(told: str | None) -> None:
+    client = OpenAIChatClient(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", unreachable_message=told)
+    [error] = await _collect(client, [{"role": "user", "content": "hi"}])
+    assert (error["type"], error["code"]) == ("error", "network_error")
+    if told is None:
+        assert error["message"].startswith("Network error: ")
+    else:
+        assert error["message"] == error["problem"]["detail"] == told

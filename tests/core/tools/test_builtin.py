@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
+import re
 import time
 import threading
 from typing import Any
@@ -13,7 +14,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jxai_app.core.tools import ToolContext, default_registry, make_search_conversations_tool
-from jxai_app.core.tools.builtin import MAX_EXPRESSION_CHARS, MAX_INT_BITS, MAX_ROUND_DIGITS, evaluate_expression
+from jxai_app.core.tools.builtin import (
+    ARITHMETIC_PATTERN, MAX_EXPRESSION_CHARS, MAX_INT_BITS, MAX_ROUND_DIGITS, evaluate_expression,
+)
 
 
 @pytest.fixture
@@ -124,6 +127,76 @@ async def test_calculate_refuses(registry, expression: str, fragment: str) -> No
     assert result["success"] is False
     assert result["error"].startswith("Cannot calculate: ")
     assert fragment in result["error"]
+
+
+@pytest.mark.parametrize(
+    ("words", "computed", "value"),
+    [
+        ("12 times 7", "12 * 7", 84),
+        ("What is 12 times 7?", "12 * 7", 84),
+        ("6 multiplied by 7", "6 * 7", 42),
+        ("12 x 7", "12 * 7", 84),
+        ("12x7", "12 * 7", 84),
+        ("(1 + 2)x3", "(1 + 2) * 3", 9),
+        ("12 × 7", "12 * 7", 84),
+        ("25 plus 17", "25 + 17", 42),
+        ("10 minus 3 minus 2", "10 - 3 - 2", 5),
+        ("10 − 3", "10 - 3", 7),
+        ("100 divided by 8", "100 / 8", 12.5),
+        ("3 over 4", "3 / 4", 0.75),
+        ("100 ÷ 4", "100 / 4", 25),
+        ("2 to the power of 10", "2 ** 10", 1024),
+        ("2 raised to the power of 3", "2 ** 3", 8),
+        ("9 squared", "9 ** 2", 81),
+        ("3 cubed", "3 ** 3", 27),
+        ("17 mod 5", "17 % 5", 2),
+        ("17 modulo 5", "17 % 5", 2),
+        ("calculate 2 Times 3 =", "2 * 3", 6),
+        ("0x10 + 1", "0x10 + 1", 17),  # a hex literal stays one
+    ],
+)
+async def test_calculate_reads_operator_words(registry, words: str, computed: str, value: Any) -> None:  # type: ignore[no-untyped-def]
+    result = await registry.execute("calculate", {"expression": words})
+    assert result == {"success": True, "data": {"expression": computed, "result": value},
+                      "summary": f"{computed} = {value}"}
+
+
+@pytest.mark.parametrize(
+    ("words", "fragment"),
+    [
+        ("2 to the power of 101", "exponents larger than 100"),
+        ("99999 to the power of 99", "too large"),
+        ("round(1, minus 10**7)", "at most 300 digits"),
+        ("12 times 7 apples", "not valid arithmetic"),
+        ("twelve times 7", "unknown name 'twelve'"),
+        (" times ".join(["9"] * 30), "longer than 200 characters"),  # counted before the words become operators
+    ],
+)
+async def test_operator_words_keep_every_bound(registry, words: str, fragment: str) -> None:  # type: ignore[no-untyped-def]
+    result = await registry.execute("calculate", {"expression": words})
+    assert result["success"] is False and fragment in result["error"], result
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("What is 12 times 7?", True),
+        ("What is 1234 * 5678?", True),
+        ("How much is 9 x 8?", True),
+        ("what's 3.5 divided by 2", True),
+        ("2 to the power of 8, please", True),
+        ("What is 9 squared?", True),
+        ("And sqrt(2)?", True),
+        ("What is 2+2", True),
+        ("What is the capital of Italy?", False),
+        ("Write a short poem about the sea.", False),
+        ("Write a poem about 3 cats", False),
+        ("I have 2 dogs and 3 cats", False),
+        ("Name three rivers of Europe.", False),
+    ],
+)
+def test_the_arithmetic_pattern_finds_arithmetic_in_a_sentence(text: str, found: bool) -> None:
+    assert (re.search(ARITHMETIC_PATTERN, text) is not None) is found
 
 
 async def test_calculate_refuses_overlong_input(registry) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import pytest
 from jxai_app.models import UsageLedger
 from jxai_app.web.charts import PALETTE
 from tests.e2e.conftest import PASSWORD, RESULTS
-from tests.e2e.test_admin_pages import _admin_login
+from tests.e2e.steps import admin_login
 from tests.support.png import colours
 
 pytestmark = pytest.mark.browser
@@ -41,7 +41,7 @@ def test_the_usage_charts_render_with_their_series(open_page: Any, live_db: None
     django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
 
     tab = open_page(viewport={"width": 1280, "height": 900})
-    _admin_login(tab, "root", "/admin/jxai_app/usageledger/")
+    admin_login(tab, "root", "/admin/jxai_app/usageledger/")
     page = tab.page
     page.locator("#usage-charts svg").first.wait_for()
 

@@ -92,6 +92,19 @@ def pretty_json(text: Any) -> str:
     return json.dumps(text, indent=2, ensure_ascii=False)
 
 
+class ReadOnlyAdmin(DeclaredFiltersOnly):
+    """A model admin whose rows nobody adds, changes or deletes in admin (what the app writes)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class MessageInline(admin.TabularInline):
     """The transcript inside the conversation page, read-only."""
 
@@ -504,7 +517,7 @@ class UserSettingsAdmin(DeclaredFiltersOnly):
 
 
 @admin.register(Note)
-class NoteAdmin(DeclaredFiltersOnly):
+class NoteAdmin(ReadOnlyAdmin):
     """Users' notes (what the approval demonstration tool ``save_note`` writes; docs/approval.md):
     content, so only staff who may read conversations see them; read-only."""
 
@@ -517,15 +530,6 @@ class NoteAdmin(DeclaredFiltersOnly):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return can_read_content(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(UserLimits)
@@ -547,7 +551,7 @@ def _usd(value: float) -> str:
 
 
 @admin.register(UsageLedger)
-class UsageLedgerAdmin(DeclaredFiltersOnly):
+class UsageLedgerAdmin(ReadOnlyAdmin):
     """Per-user usage by model and UTC day, read-only, with totals over the filtered rows,
     charts of the last 30 days of those rows (tokens and cost per day by model and by user,
     the top users, the error rate; inline SVG drawn on the server, :mod:`jxai_app.web.charts`)
@@ -578,14 +582,6 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
         text = _usd(float(row.cost_usd))
         return f"{text} ({_usd(float(row.estimated_cost_usd))} estimated)" if row.estimated_cost_usd else text
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         export = path("export.csv", self.admin_site.admin_view(self.export_csv_view),

@@ -5,11 +5,29 @@ fake provider's later requests carried."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from jxai_app import conf
+from tests.app import ws_tools
 from tests.support.fake_provider import FakeProvider, Script, openai_chunk
 
-__all__ = ["calls_script", "require_approval", "tool_replies"]
+__all__ = ["calls_script", "require_approval", "tool_replies", "tools"]
+
+
+@pytest.fixture
+def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
+    """``probe`` registered (JXAI_TOOL_MODULES) and requiring approval; needs the ``fake``
+    provider fixture."""
+    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
+    conf.reset_caches()
+    ws_tools.CALLS.clear()
+    require_approval("probe")
+    yield
+    ws_tools.CALLS.clear()
+    conf.reset_caches()
 
 
 def calls_script(*calls: tuple[str, str, dict[str, Any]]) -> Script:

@@ -24,22 +24,11 @@ from jxai_app.core.streaming.proxy import ProxyChatClient
 from jxai_app.models import ApiToken, Conversation, ToolCall
 from tests.app import ws_tools
 from tests.app.apisupport import CHAT, bearer, fake, frames, problem_of, read_all, token  # noqa: F401  (fixtures)
-from tests.app.approval_support import calls_script, require_approval, tool_replies
+from tests.app.approval_support import calls_script, require_approval, tool_replies, tools  # noqa: F401  (fixture)
 from tests.app.turns_support import hub, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
-    require_approval("probe")
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()
 
 
 async def _post(conversation: str, payload: dict[str, Any], key: str) -> Any:

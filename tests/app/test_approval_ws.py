@@ -19,23 +19,11 @@ from asgiref.sync import sync_to_async
 from jxai_app import conf
 from jxai_app.models import ApprovalState, Conversation, Message, ToolCall
 from tests.app import ws_tools
-from tests.app.approval_support import calls_script, require_approval, tool_replies
+from tests.app.approval_support import calls_script, require_approval, tool_replies, tools  # noqa: F401  (fixture)
 from tests.app.turns_support import Tab, fake, hub, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    """``probe`` registered (JXAI_TOOL_MODULES) and requiring approval."""
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
-    require_approval("probe")
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()
 
 
 def _paused(cid: str) -> Any:

@@ -23,7 +23,7 @@ def test_nothing_set_gives_the_local_model_and_its_calculator_and_notes_aliases(
     assert registry.default_alias == "gemma-3-270m"
     assert data["providers"]["local"]["base_url"] == "http://127.0.0.1:8081/v1"
     assert uses_local_model({})
-    plain, calculator = (registry.get(alias) for alias in registry.aliases())
+    plain, calculator, _notes = (registry.get(alias) for alias in registry.aliases())
     assert plain.strip_leading_whitespace and calculator.strip_leading_whitespace
     assert (plain.tool_choice, plain.tool_choice_when) == (None, None)
     assert calculator.tool_choice == {"type": "function", "function": {"name": "calculate"}}

@@ -198,7 +198,8 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             picker = page.get_by_test_id("model")
             assert picker.input_value() == conf.LOCAL_MODEL_ALIAS
             assert picker.locator("option").all_inner_texts() == [
-                "Gemma 3 270M (local)", "Gemma 3 270M + calculator (local)"]
+                "Gemma 3 270M (local)", "Gemma 3 270M + calculator (local)",
+                "Gemma 3 270M + notes, with approval (local)"]
 
             # A question: the local model's answer streams in (several delta frames) and is shown.
             page.get_by_test_id("composer").fill("What is the capital of France?")

@@ -21,6 +21,7 @@ from jxai_app.store.instructions import INSTRUCTIONS_HEADING
 from tests.e2e.conftest import PASSWORD, ROOT, BrowserPage
 from tests.e2e.scripted_model import CODE_ANSWER, CODE_BLOCK
 from tests.e2e.steps import assert_clean, conversation_id, login, reload, send, wait_idle
+from tests.support.chain import messages_chain
 
 pytestmark = pytest.mark.browser
 
@@ -73,8 +74,8 @@ def test_copy_puts_messages_and_code_on_the_clipboard_and_code_is_highlighted(
 
 def _conversation(owner: Any, title: str, question: str, answer: str, days_ago: float) -> Conversation:
     conversation = Conversation.objects.create(owner=owner, model="fake-model", title=title)
-    Message.objects.create(conversation=conversation, position=0, role="user", content=question)
-    Message.objects.create(conversation=conversation, position=1, role="assistant", content=answer, model="fake-model")
+    messages_chain(conversation, {"role": "user", "content": question},
+                   {"role": "assistant", "content": answer, "model": "fake-model"})
     Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timedelta(days=days_ago))
     return conversation
 

@@ -29,27 +29,35 @@ function button(label, testid, onClick, ariaLabel) {
  *          onRegenerate: function(number)}} actions `answer`: the element starts an answer
  */
 export function setBranchControls(node, message, actions) {
+  // The controls live in their own span of the message's action bar (actions.js: Copy,
+  // feedback), so redrawing them leaves the other actions alone.
   let bar = node.querySelector(":scope > .message-actions");
   if (!bar) {
     bar = el("div", "message-actions");
     node.append(bar);
   }
-  bar.replaceChildren();
+  let controls = bar.querySelector(":scope > .branch-controls");
+  if (!controls) {
+    controls = el("span", "branch-controls");
+    bar.prepend(controls);
+  }
+  controls.replaceChildren();
   const branch = message.branch || NO_BRANCH;
   if (branch.count > 1) {
     const prev = button("‹", "branch-prev", () => actions.onSwitch(branch.prev), "Previous version");
     const next = button("›", "branch-next", () => actions.onSwitch(branch.next), "Next version");
     prev.disabled = branch.prev == null;
     next.disabled = branch.next == null;
-    bar.append(prev, el("span", "branch-position", `${branch.index + 1} / ${branch.count}`, "branch-position"), next);
+    controls.append(prev, el("span", "branch-position", `${branch.index + 1} / ${branch.count}`, "branch-position"),
+      next);
   }
   if (message.role === "user") {
-    bar.append(button("Edit", "edit", () => actions.onEdit(node)));
+    controls.append(button("Edit", "edit", () => actions.onEdit(node)));
   } else if (actions.answer) {
-    bar.append(button("Regenerate", "regenerate", () => actions.onRegenerate(message.id),
+    controls.append(button("Regenerate", "regenerate", () => actions.onRegenerate(message.id),
       "Regenerate this answer with the selected model"));
   }
-  bar.hidden = !bar.children.length;
+  controls.hidden = !controls.children.length;
   let marker = node.querySelector(":scope > .stopped-marker");
   if (message.role === "user" && message.stopped) {
     if (!marker) {
@@ -86,7 +94,7 @@ export function openEditor(node, submit) {
   const close = () => {
     form.remove();
     body.hidden = false;
-    if (bar) bar.hidden = !bar.children.length;
+    if (bar) bar.hidden = false;
   };
   form.addEventListener("submit", (event) => {
     event.preventDefault();

@@ -44,6 +44,7 @@ from jxai_app.core.streaming.base import ChatClient, ClientTimeouts, Signal
 from jxai_app.core.streaming.events import StreamEvent, UsageEvent, encode_event
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
     "READ_CHUNK_BYTES",
@@ -164,7 +165,9 @@ def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int
 
     Raises:
         ProblemError: in this order — 400 ``Invalid JSON body`` (not JSON, empty, a BOM);
-            400 the body is not an object (``null`` included, see module docstring); 400
+            400 the body is not an object (``null`` included, see module docstring); 400 a
+            string (or key) anywhere in it holding a NUL or a lone surrogate (the detail names
+            where, :func:`~jxai_app.core.unicode.first_unclean_path`); 400
             ``messages must be an array``; 413 too many messages; 400 a message that is not
             an object with a string ``role``; 413 a message or the system prompt too long;
             400 ``tools``/``systemPrompt``/``model`` of the wrong type.
@@ -175,6 +178,10 @@ def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int
         raise problem_error("invalid-request", _INVALID_JSON) from None
     if not isinstance(data, dict):
         raise problem_error("invalid-request", "The request body must be a JSON object.")
+    unclean = first_unclean_path(data)
+    if unclean is not None:
+        raise problem_error("invalid-request", f"{unclean} holds a NUL character or a lone surrogate; "
+                                               "send valid Unicode text.")
     messages = data.get("messages", [])
     if not isinstance(messages, list):
         raise problem_error("invalid-request", "messages must be an array")
@@ -330,9 +337,13 @@ def sse_frame(event: StreamEvent, secrets: Sequence[str] = ()) -> bytes:
     """One SSE frame: ``data: `` + compact JSON + blank line (docs/api.md "The event stream").
 
     Any of ``secrets`` (8 characters or more) found in the frame — a provider that echoes the
-    key in an error text — is replaced by ``[redacted]``.
+    key in an error text — is replaced by ``[redacted]``. Model output holding a lone
+    surrogate, which UTF-8 cannot carry, goes out JSON-escaped (``\\ud800``) rather than
+    breaking the stream (docs/api.md "The event stream").
     """
     text = encode_event(event)
+    if not is_clean(text):  # a lone surrogate (JSON escapes NUL itself)
+        text = json.dumps(event.to_dict(), separators=(",", ":"))
     for secret in secrets:
         if len(secret) >= 8 and secret in text:
             text = text.replace(secret, REDACTED)

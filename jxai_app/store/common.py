@@ -7,13 +7,13 @@ docs/store.md "Ownership"). Ids that do not parse are missing ids too.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any, Final
 
 from django.db.models import Max, QuerySet
 
 from jxai_app.core.errors import ProblemError
+from jxai_app.core.unicode import replace_unclean
 from jxai_app.models import Conversation, Message
 from jxai_app.core.problems import problem_error
 
@@ -88,14 +88,11 @@ def next_position(conversation_id: uuid.UUID) -> int:
     return 0 if top is None else top + 1
 
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
 def storable(text: str) -> str:
     """``text`` as every database can store it: NUL (PostgreSQL's ``text`` has none) and lone
     surrogates (UTF-8 cannot encode them; a provider's JSON may carry ``"\\ud800"``) each
-    replaced by U+FFFD (docs/store.md "Rows")."""
-    return _UNSTORABLE.sub("\ufffd", text)
+    replaced by U+FFFD (docs/store.md "Rows"; :mod:`jxai_app.core.unicode`)."""
+    return replace_unclean(text)
 
 
 def title_from(text: str) -> str:

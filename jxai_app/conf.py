@@ -142,12 +142,13 @@ def build_client(alias: str | None, *, transport: Any = None) -> Any:
 
 
 def get_agent_policy() -> AgentPolicy:
-    """Budgets of one turn (docs/agent.md "Budgets"): ``JXAI_MAX_TOOL_ROUNDS``, ``JXAI_MAX_ROUNDS``,
-    ``JXAI_TOOL_CONCURRENCY``."""
+    """Budgets of one turn (docs/agent.md "Budgets", "Tool calls"): ``JXAI_MAX_TOOL_ROUNDS``,
+    ``JXAI_MAX_ROUNDS``, ``JXAI_TOOL_CONCURRENCY``, ``JXAI_MAX_TOOL_CALLS_PER_ROUND``."""
     return AgentPolicy(
         max_tool_rounds=settings.JXAI_MAX_TOOL_ROUNDS,
         max_rounds=settings.JXAI_MAX_ROUNDS,
         tool_concurrency=settings.JXAI_TOOL_CONCURRENCY,
+        max_tool_calls_per_round=settings.JXAI_MAX_TOOL_CALLS_PER_ROUND,
     )
 
 
@@ -219,6 +220,8 @@ class Limits:
     upstream_retries: int
     max_answer_chars: int
     """Characters of text and reasoning one turn may stream (``JXAI_MAX_ANSWER_CHARS``)."""
+    max_sockets_per_user: int
+    """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
 
 
 def get_limits() -> Limits:
@@ -233,6 +236,7 @@ def get_limits() -> Limits:
         conversations_page_size=settings.JXAI_CONVERSATIONS_PAGE_SIZE,
         upstream_retries=settings.JXAI_UPSTREAM_RETRIES,
         max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
+        max_sockets_per_user=settings.JXAI_MAX_SOCKETS_PER_USER,
     )
 
 

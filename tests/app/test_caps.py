@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from channels.testing import WebsocketCommunicator
 
 from jxai_app import conf
+from jxai_app.consumers import TOO_MANY_SOCKETS_CLOSE_CODE, ChatConsumer
 from jxai_app.core.agent.calls import over_cap
 from jxai_app.models import ToolCall
 from tests.app import ws_tools
@@ -81,3 +83,50 @@ async def test_the_tool_call_cap_is_a_setting(
     await tab.until_event("turn_end")
     assert ws_tools.CALLS == [(user.pk, "w0"), (user.pk, "w1")]
     await tab.close()
+
+
+# -- sockets per user ---------------------------------------------------------------------
+async def _refused_socket(user: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Open one more socket for ``user``; return the frame it got and its close message."""
+    comm = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat/")
+    comm.scope["user"] = user
+    connected, _ = await comm.connect()
+    assert connected
+    frame = json.loads((await comm.receive_output(5))["text"])
+    closing = await comm.receive_output(5)
+    await comm.wait(5)
+    return frame, closing
+
+
+async def test_a_socket_over_the_per_user_cap_gets_an_error_and_4429_and_others_are_not_affected(
+    settings: Any, user: Any, other_user: Any, fake: FakeProvider, hub: Any
+) -> None:
+    assert conf.get_limits().max_sockets_per_user == 50
+    settings.JXAI_MAX_SOCKETS_PER_USER = 3
+    tabs = [await Tab(user).open() for _ in range(3)]
+    frame, closing = await _refused_socket(user)
+
+    assert closing == {"type": "websocket.close", "code": TOO_MANY_SOCKETS_CLOSE_CODE}
+    assert frame["type"] == "error" and frame["code"] == "rate-limited"
+    assert frame["message"].startswith("You have 3 chat connections open to this server, the most allowed")
+    assert hub.delivery.user_socket_count(user.pk) == 3
+    # Another user still connects, and the three open tabs still work.
+    other = await Tab(other_user).open()
+    fake.add(text_script(["Still here."]))
+    await tabs[2].send(type="send", conversationId=None, text="Are you there?")
+    await tabs[2].until_event("turn_end")
+    assert tabs[2].text() == "Still here."
+    # A closed tab frees its place.
+    await tabs[0].close()
+    again = await Tab(user).open()
+    assert hub.delivery.user_socket_count(user.pk) == 3
+    for tab in (*tabs[1:], again, other):
+        await tab.close()
+
+
+async def test_no_socket_cap_when_set_to_zero(settings: Any, user: Any, fake: FakeProvider, hub: Any) -> None:
+    settings.JXAI_MAX_SOCKETS_PER_USER = 0
+    tabs = [await Tab(user).open() for _ in range(60)]
+    assert hub.delivery.user_socket_count(user.pk) == 60
+    for tab in tabs:
+        await tab.close()

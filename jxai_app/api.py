@@ -75,7 +75,8 @@ async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gatew
                                               max_message_chars=limits.max_message_chars)
     upstream = gateway.select_client(chat_request, caller, registry=conf.get_model_registry(),
                                      timeouts=conf.get_client_timeouts(),
-                                     retry=RetryPolicy(retries=max(0, limits.upstream_retries)))
+                                     retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
+                                     secrets=conf.stream_secrets())
     try:
         await ratelimit.acheck_turn_allowed(principal.user)
     except BaseException:

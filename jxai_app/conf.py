@@ -31,6 +31,7 @@ from django.conf import settings
 
 from jxai_app.core.agent import AgentPolicy
 from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.logsafety import environment_secrets
 from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
@@ -150,6 +151,14 @@ def get_agent_policy() -> AgentPolicy:
         tool_concurrency=settings.JXAI_TOOL_CONCURRENCY,
         max_tool_calls_per_round=settings.JXAI_MAX_TOOL_CALLS_PER_ROUND,
     )
+
+
+def stream_secrets() -> tuple[str, ...]:
+    """The configured credentials no streamed answer may show (docs/security.md "Secret
+    leakage in streamed text"): every provider key of the model registry, and every
+    environment variable the log filter treats as a secret (``…_KEY``, ``…_TOKEN``,
+    ``…_SECRET``, ``…_PASSWORD``)."""
+    return tuple(dict.fromkeys((*get_model_registry().provider_keys(), *environment_secrets())))
 
 
 def get_system_prompt() -> str:

@@ -42,6 +42,7 @@ from jxai_app.core.ssrf import BlockedURLError, CheckedURL, IPAddress, PinnedTra
     is_blocked_address
 from jxai_app.core.streaming.base import ChatClient, ClientTimeouts, Signal
 from jxai_app.core.streaming.events import StreamEvent, UsageEvent, encode_event
+from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.core.unicode import first_unclean_path, is_clean
@@ -292,7 +293,7 @@ class SelectedUpstream:
 
 def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry: ModelRegistry,
                   timeouts: ClientTimeouts, retry: RetryPolicy,
-                  build: Callable[[str], ChatClient] | None = None) -> SelectedUpstream:
+                  build: Callable[[str], ChatClient] | None = None, secrets: Sequence[str] = ()) -> SelectedUpstream:
     """Pick the streaming client for an accepted request.
 
     Args:
@@ -302,9 +303,12 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         timeouts: connect / first-byte / idle limits.
         retry: the retry policy (``retries`` from ``upstream_retries``).
         build: ``build(alias)`` → client (default ``registry.build_client`` with ``timeouts``).
+        secrets: further credentials the stream must never show (the deployment's, beside
+            the provider key the request uses).
 
     Returns:
-        The selected upstream, its client wrapped in :class:`RetryingClient`.
+        The selected upstream, its client wrapped in :class:`RetryingClient`; its
+        ``secrets`` are the request's provider key and ``secrets``.
 
     Raises:
         ProblemError: 400 ``invalid-request`` for an unknown alias (the detail lists the
@@ -317,7 +321,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         transport = PinnedTransport(caller.checked)
         client = OpenAIChatClient(base_url=caller.checked.url, model=chat.model, api_key=caller.api_key,
                                   timeouts=timeouts, transport=transport)
-        return SelectedUpstream(RetryingClient(client, retry), chat.model, (caller.api_key,), transport)
+        return SelectedUpstream(RetryingClient(client, retry), chat.model, (caller.api_key, *secrets), transport)
     try:
         model = registry.resolve(chat.model)
     except UnknownModelError:
@@ -329,7 +333,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
                                                                                                 timeouts=timeouts)
     key = registry.provider(model.provider).api_key
-    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (key,) if key else ())
+    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (*((key,) if key else ()), *secrets))
 
 
 # -- the stream ---------------------------------------------------------------------------
@@ -386,7 +390,9 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     """The response body: one frame per normalised event, in order (docs/api.md "The event stream").
 
     Upstream failures arrive as ``error`` events with problems (the clients' boundary,
-    docs/streaming.md "The client interface"). Closing this iterator (the caller disconnected) closes the upstream
+    docs/streaming.md "The client interface"). The upstream's ``secrets`` are masked in the
+    streamed text across chunks (:class:`~jxai_app.core.streaming.masking.MaskingClient`)
+    and in every whole frame (:func:`sse_frame`). Closing this iterator (the caller disconnected) closes the upstream
     stream and so its connection. ``on_finish`` runs exactly once at the end with the usage
     (from the ``usage`` event, else an estimate), also after a disconnect; its failures are
     its own business (they are not raised into the stream).
@@ -396,7 +402,8 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     terminal = "disconnected"
     try:
         stream = cast(AsyncGenerator[StreamEvent, None],
-                      upstream.client.stream_chat(chat.messages, chat.tools, chat.system_prompt, signal=signal))
+                      MaskingClient(upstream.client, upstream.secrets).stream_chat(
+                          chat.messages, chat.tools, chat.system_prompt, signal=signal))
         async with aclosing(stream) as events:
             async for event in events:
                 if type(event) is UsageEvent:

@@ -26,6 +26,7 @@ from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
 from jxai_app.core.streaming.events import ErrorEvent
+from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
 from jxai_app.policy import ratelimit, toolpolicy
@@ -83,10 +84,13 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
 
 def client_factory(alias: str) -> Callable[[], Any]:
     """Builds model ``alias``'s streaming client for a turn, wrapped in a
-    :class:`~jxai_app.core.streaming.retry.RetryingClient`: a 429/5xx before any output is
-    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began."""
+    :class:`~jxai_app.core.streaming.retry.RetryingClient` (a 429/5xx before any output is
+    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began) and
+    a :class:`~jxai_app.core.streaming.masking.MaskingClient` (the configured credentials
+    masked in its text, across chunks: docs/security.md "Secret leakage in streamed text")."""
     policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
-    return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
+    return lambda: MaskingClient(RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias)),
+                                 conf.stream_secrets())
 
 
 def _model(alias: str | None, *, fallback: bool) -> ModelConfig:

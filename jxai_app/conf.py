@@ -231,6 +231,8 @@ class Limits:
     """Characters of text and reasoning one turn may stream (``JXAI_MAX_ANSWER_CHARS``)."""
     max_sockets_per_user: int
     """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
+    reserve_output_tokens: int
+    """Tokens each model request reserves for its answer (``JXAI_RESERVE_OUTPUT_TOKENS``)."""
 
 
 def get_limits() -> Limits:
@@ -246,6 +248,7 @@ def get_limits() -> Limits:
         upstream_retries=settings.JXAI_UPSTREAM_RETRIES,
         max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
         max_sockets_per_user=settings.JXAI_MAX_SOCKETS_PER_USER,
+        reserve_output_tokens=max(0, int(settings.JXAI_RESERVE_OUTPUT_TOKENS)),
     )
 
 

@@ -41,10 +41,11 @@ from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.ssrf import BlockedURLError, CheckedURL, IPAddress, PinnedTransport, Resolver, check_base_url, \
     is_blocked_address
 from jxai_app.core.streaming.base import ChatClient, ClientTimeouts, Signal
-from jxai_app.core.streaming.events import StreamEvent, UsageEvent, encode_event
+from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, StreamEvent, UsageEvent, encode_event
 from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.streaming.usage import reached_provider
 from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "StreamOutcome",
     "message_chars",
     "parse_chat_request",
+    "prompt_estimate",
     "read_body",
     "resolve_upstream",
     "select_client",
@@ -361,8 +363,9 @@ class StreamOutcome:
     Attributes:
         usage: ``{"inputTokens", "outputTokens", …}`` (saved usage shape).
         estimated: True when the provider sent no usage and the counts are estimates
-            (input ≈ request characters / 4, output ≈ produced characters / 4; both 0 when
-            nothing was produced, e.g. a refusal).
+            (input ≈ :func:`prompt_estimate` once the request reached the provider, even
+            when it was stopped before any output; output ≈ produced characters / 4; both 0
+            when the provider refused it with an HTTP status).
         terminal: ``"done"``, ``"error"`` or ``"disconnected"`` (the caller went away).
     """
 
@@ -371,9 +374,13 @@ class StreamOutcome:
     terminal: str
 
 
-def _request_chars(chat: ChatRequest) -> int:
-    return len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
+def prompt_estimate(chat: ChatRequest) -> int:
+    """The request's prompt in tokens, estimated: characters of the system prompt, the
+    messages' and tools' JSON, / 4 rounded up (the quota's reservation and the usage of a
+    stream whose provider reported none; docs/security.md "Quota reservations")."""
+    chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
         (len(json.dumps(chat.tools, ensure_ascii=False)) if chat.tools else 0)
+    return math.ceil(chars / CHARS_PER_TOKEN)
 
 
 def _produced_chars(event: StreamEvent) -> int:
@@ -400,6 +407,7 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     usage: UsageEvent | None = None
     produced = 0
     terminal = "disconnected"
+    last: DoneEvent | ErrorEvent | None = None
     try:
         stream = cast(AsyncGenerator[StreamEvent, None],
                       MaskingClient(upstream.client, upstream.secrets).stream_chat(
@@ -410,8 +418,8 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
                     usage = event
                 else:
                     produced += _produced_chars(event)
-                if event.type in ("done", "error"):
-                    terminal = event.type
+                if type(event) is DoneEvent or type(event) is ErrorEvent:
+                    terminal, last = event.type, event
                 yield sse_frame(event, upstream.secrets)
     finally:
         await upstream.aclose()
@@ -419,9 +427,9 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
             if usage is not None:
                 outcome = StreamOutcome(usage.to_dict(), False, terminal)
                 outcome.usage.pop("type", None)
-            elif produced:
-                outcome = StreamOutcome({"inputTokens": math.ceil(_request_chars(chat) / CHARS_PER_TOKEN),
+            elif produced or reached_provider(last):  # the prompt counts once it reached the provider
+                outcome = StreamOutcome({"inputTokens": prompt_estimate(chat),
                                          "outputTokens": math.ceil(produced / CHARS_PER_TOKEN)}, True, terminal)
-            else:  # nothing generated and no usage reported (a refusal): nothing to count
+            else:  # the provider refused it with an HTTP status: nothing to count
                 outcome = StreamOutcome({"inputTokens": 0, "outputTokens": 0}, True, terminal)
             await on_finish(outcome)

@@ -5,10 +5,12 @@ is written per delta: the agent loop assembles each round's assistant message, a
 recorder saves what the loop assembled when the round ends. Writes per turn::
 
     send                 claim + one INSERT of user message and placeholder (message_send)
-    finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert)
+    finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert),
+                         1 UPDATE of the turn's quota reservation
     begin_round          1 INSERT of the next placeholder (rounds after tool results)
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
-    end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
+    end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder),
+                               1 DELETE of the turn's quota reservation
 
 Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
 show the turn is no longer this recorder's (Stop handled by another worker, the
@@ -26,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
-from jxai_app.policy import ratelimit
+from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.common import next_position, storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.usage import context_tokens, context_warning
@@ -109,15 +111,15 @@ class TurnRecorder:
             written = Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).update(
                 content=text, reasoning_content=reasoning, usage=dict(usage) if usage else None,
                 stop_reason=stop_reason, status=MessageStatus.COMPLETE, updated_at=now)
-            if not written:
-                return self._lose()
-            ToolCall.objects.bulk_create([
-                ToolCall(message_id=self.message_id, position=i, call_id=storable(c["id"]),
-                         name=storable(c["function"]["name"]), arguments=storable(c["function"]["arguments"]),
-                         started_at=started.get(c["id"], now))
-                for i, c in enumerate(calls)])
-            if usage:
-                ratelimit.record_usage(self.user, usage, estimated=estimated)
+            if written:
+                ToolCall.objects.bulk_create([
+                    ToolCall(message_id=self.message_id, position=i, call_id=storable(c["id"]),
+                             name=storable(c["function"]["name"]), arguments=storable(c["function"]["arguments"]),
+                             started_at=started.get(c["id"], now))
+                    for i, c in enumerate(calls)])
+            self._settle(usage, estimated=estimated)  # spent even when the message is no longer ours
+        if not written:
+            return self._lose()
         self.round_open = False
         if usage:
             self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
@@ -125,9 +127,17 @@ class TurnRecorder:
 
     def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
         """Count a round that saved no message (an error, or Stop) in the user's ledger: its
-        tokens were spent all the same (1 upsert; nothing when ``usage`` is ``None``)."""
+        tokens were spent all the same (1 upsert; nothing when ``usage`` is ``None``), and
+        settle its quota reservation (1 UPDATE), in one transaction."""
+        with transaction.atomic():
+            self._settle(usage, estimated=estimated)
+
+    def _settle(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
+        """The round's tokens into the ledger and its reservation back to 0 (docs/security.md
+        "Quota reservations"); call it inside a transaction."""
         if usage:
             ratelimit.record_usage(self.user, usage, estimated=estimated)
+        reservations.release_round(self.turn_id)
 
     def begin_round(self) -> bool:
         """Open the next round's placeholder (1 INSERT) after tool results (nothing while
@@ -216,7 +226,9 @@ class TurnRecorder:
             if self.round_open and self.message_id is not None:
                 Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
-            if not written:
+            if written:
+                reservations.end_turn(self.turn_id, getattr(self.user, "pk", None))
+            else:
                 transaction.set_rollback(True)
         if not written:
             return self._lose()

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
+from jxai_app.policy import reservations
 from jxai_app.store.common import LEASE_SECONDS
 
 __all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "leases_renew", "strays_drop", "turn_abandon",
@@ -68,6 +69,8 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     """End turn ``turn_id`` of a conversation, dropping its partial message (completed rounds
     stay): Stop of a turn nobody runs (``interrupted`` False → ``idle``, error cleared) or the
     recovery of a dead one (``interrupted`` True → ``error`` with :data:`INTERRUPTED`).
+    The turn's quota reservation is forfeited: the prompt of a request still in flight
+    counts as estimated usage (:func:`jxai_app.policy.reservations.forfeit_turn`).
 
     Args:
         conversation_id: the conversation (ownership already checked by the caller).
@@ -91,6 +94,7 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     ended = rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes)
     if ended:
         Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING).delete()
+        reservations.forfeit_turn(turn_id)
     return bool(ended)
 
 

@@ -29,10 +29,11 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
-from jxai_app.policy import ratelimit
+from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.conversation import conversation_create
 from jxai_app.store.common import LEASE_SECONDS, get_owned, invalid, next_position, title_from
 from jxai_app.store.recovery import lease_lapsed, turn_abandon
+from jxai_app.store.usage import estimate_tokens
 from jxai_app.store.wire import messages_to_wire, with_tool_calls
 
 
@@ -70,7 +71,7 @@ def _conflict() -> Exception:
 
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS,
+    admit: bool = True, lease: float = LEASE_SECONDS, prompt_overhead: int = 0, reservation: int | None = None,
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction.
@@ -82,7 +83,9 @@ def message_send(
     2. A running turn whose lease lapsed is recovered first (:mod:`jxai_app.store.recovery`);
        a live one is a ``conflict``.
     3. ``admit``: the user's quota and rate limit (:func:`jxai_app.policy.ratelimit.check_turn_allowed`),
-       in this transaction, so a refusal saves nothing.
+       in this transaction, so a refusal saves nothing; the first round's tokens are reserved
+       there for the new turn (the history's estimate, ``prompt_overhead`` and the answer's
+       allowance; docs/security.md "Quota reservations").
     4. The claim (one conditional UPDATE), then one INSERT of both messages (``bulk_create``),
        and the history the request needs.
 
@@ -93,6 +96,10 @@ def message_send(
         model: a model alias: the new conversation's, or one to switch to (``None``: keep).
         admit: check and count the turn against the user's allowance.
         lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
+        prompt_overhead: estimated tokens the request carries beside the history (the
+            system prompt's), for the reservation.
+        reservation: with ``admit`` False, the reservation its caller's admission made (a
+            ``retry``'s), handed to the new turn (:func:`jxai_app.policy.reservations.adopt`).
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id), ``invalid-request`` (blank text),
@@ -113,13 +120,17 @@ def message_send(
                 raise _conflict()
             turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
             claimable = Q()  # recovered just now, under the lock
-        if admit:
-            ratelimit.check_turn_allowed(user)
         earlier = list(with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position")))
+        turn_id = uuid.uuid4()
+        prompt = estimate_tokens([*messages_to_wire(earlier), {"role": MessageRole.USER, "content": text}])
+        if admit:
+            ratelimit.check_turn_allowed(user, prompt_tokens=prompt + prompt_overhead, turn_id=turn_id)
+        elif reservation is not None:
+            reservations.adopt(reservation, turn_id, prompt_tokens=prompt + prompt_overhead)
         position = earlier[-1].position + 1 if earlier else 0
         now = timezone.now()
         changes: dict[str, Any] = {
-            "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+            "status": ConversationStatus.STREAMING, "turn_id": turn_id, "turn_heartbeat": now,
             "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
             "model": model or conversation.model,
         }

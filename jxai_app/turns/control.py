@@ -14,6 +14,7 @@ provider and no socket sees a turn that was not saved.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -29,13 +30,14 @@ from jxai_app.core.streaming.events import ErrorEvent
 from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
-from jxai_app.policy import ratelimit, toolpolicy
+from jxai_app.policy import ratelimit, reservations, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
 from jxai_app.store.dbsync import db_request
 from jxai_app.store.serializers import conversation_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
 from jxai_app.turns.recovery import snapshot_of
+from jxai_app.turns.roundquota import RoundQuota
 from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
@@ -82,15 +84,18 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
     return on_retry
 
 
-def client_factory(alias: str) -> Callable[[], Any]:
-    """Builds model ``alias``'s streaming client for a turn, wrapped in a
+def client_factory(alias: str, *, user: Any, turn_id: uuid.UUID) -> Callable[[], Any]:
+    """Builds model ``alias``'s streaming client for turn ``turn_id`` of ``user``, wrapped in a
     :class:`~jxai_app.core.streaming.retry.RetryingClient` (a 429/5xx before any output is
-    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began) and
-    a :class:`~jxai_app.core.streaming.masking.MaskingClient` (the configured credentials
-    masked in its text, across chunks: docs/security.md "Secret leakage in streamed text")."""
+    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began), a
+    :class:`~jxai_app.core.streaming.masking.MaskingClient` (the configured credentials
+    masked in its text, across chunks: docs/security.md "Secret leakage in streamed text")
+    and a :class:`~jxai_app.turns.roundquota.RoundQuota` (each further round reserves its
+    tokens first: docs/security.md "Quota reservations")."""
     policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
-    return lambda: MaskingClient(RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias)),
-                                 conf.stream_secrets())
+    return lambda: RoundQuota(
+        MaskingClient(RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias)),
+                      conf.stream_secrets()), user=user, turn_id=turn_id)
 
 
 def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
@@ -109,14 +114,15 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
         raise problem_error("invalid-request", str(exc)) from None
 
 
-def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool) -> tuple[store.TurnStart, Any,
-                                                                                               ModelConfig]:
+def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool,
+           reservation: int | None) -> tuple[store.TurnStart, Any, ModelConfig]:
     """The send (one transaction), then the turn's model and tool view."""
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
     turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
                               model=None if new_model is None else new_model.alias, admit=admit,
-                              lease=conf.get_turn_timing().lease)
+                              lease=conf.get_turn_timing().lease,
+                              prompt_overhead=store.estimate_tokens(conf.get_system_prompt()), reservation=reservation)
     model = requested or _model(turn.model, fallback=True)
     return turn, tool_view(user, model), model
 
@@ -132,7 +138,7 @@ def _check_text(text: Any) -> str:
 
 async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text: str,
                      model_alias: str | None = None, origin: Origin | None = None, hub: TurnHub | None = None,
-                     admit: bool = True) -> TurnInfo:
+                     admit: bool = True, reservation: int | None = None) -> TurnInfo:
     """Save the user's message and start a turn in a task owned by this worker.
 
     Args:
@@ -145,6 +151,7 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
         hub: the worker's hub (default :func:`~jxai_app.turns.hub.get_hub`).
         admit: count the turn against the user's quota and rate limit (``False`` for a
             caller that admitted it in its own transaction).
+        reservation: that caller's quota reservation, handed to the turn.
 
     Returns:
         The started turn. Its frames (``conversation``, ``message_saved`` of the user
@@ -163,8 +170,9 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit)
-    runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
+    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit, reservation)
+    factory = client_factory(model.alias, user=user, turn_id=turn.turn_id)
+    runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=factory,
                         system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
                         context_window=model.context_window)
     if origin is not None:  # before the task starts, so the socket misses nothing
@@ -220,15 +228,17 @@ async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnH
     return True
 
 
-def _retry_begin(user: Any, conversation_id: Any) -> str:
+def _retry_begin(user: Any, conversation_id: Any) -> tuple[str, int | None]:
     """Drop the last exchange and admit the new turn, in one transaction (a refusal keeps the
-    exchange). Returns the text to send again."""
+    exchange). Returns the text to send again and the turn's quota reservation (sized for the
+    text and the system prompt here; the send resizes it for the whole history)."""
     with transaction.atomic():
         text = store.message_retry(user=user, conversation_id=conversation_id)
         if text is None:
             raise problem_error("invalid-request", "There is no message to retry in this conversation.")
-        ratelimit.check_turn_allowed(user)
-    return str(text)
+        prompt = store.estimate_tokens(text) + store.estimate_tokens(conf.get_system_prompt())
+        reservation = ratelimit.check_turn_allowed(user, prompt_tokens=prompt)
+    return str(text), reservation
 
 
 async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Origin | None = None,
@@ -242,13 +252,18 @@ async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Ori
             kept, nothing changes); ``service-unavailable``.
     """
     hub = hub or get_hub()
-    text = await db_request(_retry_begin, user, conversation_id)
+    text, reservation = await db_request(_retry_begin, user, conversation_id)
     cid = parse_id(conversation_id)
     assert cid is not None  # message_retry accepted it
-    frame = await db_request(snapshot_of, cid)
-    if frame is not None:
-        hub.notify(cid, frame)
-    return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False)
+    try:
+        frame = await db_request(snapshot_of, cid)
+        if frame is not None:
+            hub.notify(cid, frame)
+        return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False,
+                                reservation=reservation)
+    except BaseException:  # no turn took the reservation
+        await asyncio.shield(db_request(reservations.settle, reservation))
+        raise
 
 
 def _rename(user: Any, conversation_id: Any, title: Any) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def test_no_user_records_nothing(wall_clock: FakeClock) -> None:
 
 
 @pytest.mark.django_db
-def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, wall_clock: FakeClock) -> None:
+def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, wall_clock: FakeClock, no_answer_reserve: None) -> None:
     UserLimits.objects.create(user=user, tokens_per_day=50, turns_per_minute=0)
     wall_clock.now = datetime(2025, 3, 4, 23, 59, 58, tzinfo=timezone.utc).timestamp()
     ratelimit.record_usage(user, {"inputTokens": 50, "outputTokens": 0}, estimated=False)

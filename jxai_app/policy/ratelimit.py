@@ -164,6 +164,9 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
     if user is None or getattr(user, "pk", None) is None:
         return 0
     counts = ledger.counts_from(usage, estimated=estimated)
+    if reservation is None:
+        ledger.ledger_add(user.pk, today(now()), counts)
+        return counts.total
     with transaction.atomic():
         ledger.ledger_add(user.pk, today(now()), counts)
         reservations.settle(reservation, user.pk)

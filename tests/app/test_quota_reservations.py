@@ -189,6 +189,30 @@ async def test_a_turn_that_crosses_the_quota_between_rounds_is_stopped(
     await tab.close()
 
 
+async def test_a_retry_hands_its_reservation_to_the_new_turn(user: Any, fake: FakeProvider, hub: Any) -> None:
+    await UserLimits.objects.acreate(user=user, tokens_per_day=100_000)
+    fake.add(json_response(400, {"error": {"message": "bad request"}}))
+    tab = await Tab(user).open()
+    await tab.send(type="send", conversationId=None, text="First try.")
+    await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "error")
+    cid = tab.frames[0]["conversation"]["id"]
+    gate = threading.Event()
+    writes = openai_text_stream(["Second try worked."], usage={"prompt_tokens": 9, "completion_tokens": 4})
+    fake.add(Script(writes=[Write(writes[0], gate=gate), *writes[1:]]))
+    await tab.send(type="retry", conversationId=cid)
+    await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "streaming")
+    reservation = await TokenReservation.objects.aget()
+    conversation = await Conversation.objects.aget()
+    assert reservation.turn_id == conversation.turn_id
+    assert reservation.tokens == reservations.size(first_prompt("First try."))
+    gate.set()
+    await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+    assert not await TokenReservation.objects.aexists()
+    row = await ledger()
+    assert row is not None and (row.input_tokens, row.output_tokens) == (9, 4)
+    await tab.close()
+
+
 def test_recovering_a_dead_turn_counts_its_prompt_in_flight(user: Any) -> None:
     UserLimits.objects.create(user=user, tokens_per_day=100_000)
     turn = message_send(user=user, conversation_id=None, text="x" * 4_000, model="m")

@@ -12,6 +12,7 @@ chat, never in admin. Every value is rendered through Django's auto-escaping
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -21,19 +22,24 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, QuerySet, Sum
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app import conf
-from jxai_app.policy import tokens, toolpolicy
-from jxai_app.models import ApiToken, Conversation, Message, ToolPolicy, UsageLedger, UserLimits
+from jxai_app import conf, mcp_tools
+from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
+from jxai_app.models import (
+    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ToolPolicy, UsageLedger,
+    UserLimits, UserSettings,
+)
 from jxai_app.store import conversations_export
+from jxai_app.store.feedback import feedback_of
 from jxai_app.store.wire import with_tool_calls
+from jxai_app.web.charts import stacked_bars
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
 """The permission that shows what was said in conversations."""
@@ -95,22 +101,49 @@ class MessageInline(admin.TabularInline):
     show_change_link = False
     ordering = ("position",)
     classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
-    fields = ("position", "role", "status", "content", "reasoning_content", "tool_call_id",
-              "calls", "stop_reason", "usage", "created_at")
+    fields = ("position", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
     readonly_fields = fields
+    PAGE_SIZE = 25
+    """Messages shown per page of the inline (a conversation with hundreds stays usable;
+    ``?messages_page=N`` picks the page, links above the inline)."""
 
     class Media:
         css = {"all": ("jxai_app/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
-        return with_tool_calls(super().get_queryset(request))
+        return with_tool_calls(super().get_queryset(request)).select_related("feedback")
+
+    @admin.display(description="details")
+    def details(self, message: Message) -> str:
+        """Status (when not complete), the call it answers, stop reason, usage and time, one a
+        line: one column instead of five keeps the message text wide (static/jxai_app/admin.css)."""
+        usage = message.usage if isinstance(message.usage, dict) else None
+        lines = [
+            message.status if message.status != "complete" else "",
+            f"answers {message.tool_call_id}" if message.tool_call_id else "",
+            f"stop: {message.stop_reason}" if message.stop_reason else "",
+            (f"{usage.get('inputTokens')} in / {usage.get('outputTokens')} out"
+             + (" (estimated)" if usage.get("estimated") else "")) if usage else "",
+            timezone.localtime(message.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+        ]
+        return format_html_join("", "<div>{}</div>", ((line,) for line in lines if line))
+
+    @admin.display(description="feedback")
+    def feedback_given(self, message: Message) -> str:
+        """The owner's rating and comment (a method of its own name: ``feedback`` is the
+        message's reverse relation, which admin would print as is)."""
+        given = feedback_of(message)
+        if given is None:
+            return ""
+        return format_html("<strong>{}</strong>{}", given.get_rating_display(),
+                           format_html(": {}", given.comment) if given.comment else "")
 
     @admin.display(description="tool calls")
     def calls(self, message: Message) -> str:
         return format_html_join(
             "", "<div><code>{}</code> <code>{}</code>({}) → {}</div>",
-            ((c.call_id, c.name, c.arguments, "pending" if c.finished_at is None else pretty_json(c.result))
-             for c in message.tool_calls.all()),
+            ((c.call_id, c.name, c.arguments, (c.approval_state or "pending") if c.finished_at is None
+              else pretty_json(c.result)) for c in message.tool_calls.all()),
         )
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -126,14 +159,58 @@ class MessageInline(admin.TabularInline):
         return False
 
 
+class MessagePage:
+    """One page of a conversation's messages in its change page (``?messages_page=N``, from 1;
+    out-of-range numbers are clamped)."""
+
+    def __init__(self, request: HttpRequest, conversation: Conversation) -> None:
+        size = MessageInline.PAGE_SIZE
+        self.total = conversation.messages.count()
+        self.pages = max(1, -(-self.total // size))
+        try:
+            asked = int(request.GET.get("messages_page", "1"))
+        except ValueError:
+            asked = 1
+        self.number = min(max(1, asked), self.pages)
+        self.start = (self.number - 1) * size
+        self.stop = min(self.total, self.start + size)
+        self.ids = list(conversation.messages.order_by("position").values_list("pk", flat=True)[self.start:self.stop])
+
+    def links(self) -> list[dict[str, Any]]:
+        """``[{"number", "current"}]`` for every page (the template builds the query string)."""
+        return [{"number": n, "current": n == self.number} for n in range(1, self.pages + 1)]
+
+
+class FeedbackFilter(admin.SimpleListFilter):
+    """Conversations by the feedback their owner gave on an answer (issue 15 item 6)."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("down", "thumbs down"), ("up", "thumbs up"), ("any", "any feedback"), ("none", "no feedback")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> QuerySet[Conversation]:
+        given = MessageFeedback.objects.filter(message__conversation=OuterRef("pk"))
+        value = self.value()
+        if value in FeedbackRating.values:
+            return queryset.filter(Exists(given.filter(rating=value)))
+        if value == "any":
+            return queryset.filter(Exists(given))
+        if value == "none":
+            return queryset.exclude(Exists(given))
+        return queryset
+
+
 @admin.register(Conversation)
 class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("label", "title", "owner", "model", "status", "message_count", "token_count",
-                    "context_warning", "created_at", "updated_at", "transcript_link")
+    list_display = ("label", "title", "owner", "model", "status", "message_count", "feedback_summary",
+                    "token_count", "context_warning", "created_at", "updated_at", "transcript_link")
     list_display_links = ("label",)
-    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "created_at", "updated_at")
+    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", FeedbackFilter, "created_at",
+                   "updated_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("owner__username",)
@@ -147,7 +224,11 @@ class ConversationAdmin(DeclaredFiltersOnly):
     change_form_template = "admin/jxai_app/conversation/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
-        return super().get_queryset(request).annotate(message_count=Count("messages", distinct=True))
+        rated = "messages__feedback"
+        return super().get_queryset(request).annotate(
+            message_count=Count("messages", distinct=True),
+            thumbs_up=Count(rated, filter=Q(messages__feedback__rating=FeedbackRating.UP), distinct=True),
+            thumbs_down=Count(rated, filter=Q(messages__feedback__rating=FeedbackRating.DOWN), distinct=True))
 
     def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
         if can_read_content(request):
@@ -176,6 +257,12 @@ class ConversationAdmin(DeclaredFiltersOnly):
     def message_count(self, conversation: Conversation) -> int:
         return int(getattr(conversation, "message_count", 0))
 
+    @admin.display(description="feedback", ordering="thumbs_down")
+    def feedback_summary(self, conversation: Conversation) -> str:
+        """``"2 down · 1 up"`` (only the kinds given; ``""`` for none)."""
+        counts = ((getattr(conversation, "thumbs_down", 0), "down"), (getattr(conversation, "thumbs_up", 0), "up"))
+        return " · ".join(f"{count} {kind}" for count, kind in counts if count)
+
     @admin.display(description="transcript")
     def transcript_link(self, conversation: Conversation) -> str:
         url = reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])
@@ -189,7 +276,17 @@ class ConversationAdmin(DeclaredFiltersOnly):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = {**(extra_context or {}), "can_read_content": can_read_content(request)}
+        conversation = self.get_object(request, object_id)
+        if conversation is not None and can_read_content(request):
+            extra["message_page"] = MessagePage(request, conversation)
         return super().change_view(request, object_id, form_url, extra)
+
+    def get_formset_kwargs(self, request: HttpRequest, obj: Any, inline: Any, prefix: str) -> dict[str, Any]:
+        """The messages inline holds one :class:`MessagePage` of the conversation, not all of it."""
+        kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, MessageInline) and obj is not None:
+            kwargs["queryset"] = kwargs["queryset"].filter(pk__in=MessagePage(request, obj).ids)
+        return kwargs
 
     def get_urls(self) -> list[URLPattern]:
         transcript = path("<uuid:object_id>/transcript/", self.admin_site.admin_view(self.transcript_view),
@@ -203,10 +300,11 @@ class ConversationAdmin(DeclaredFiltersOnly):
             raise PermissionDenied
         conversation = get_object_or_404(Conversation.objects.select_related("owner"), pk=object_id)
         entries = [
-            {"message": m, "calls": [{"call": c, "arguments": pretty_json(c.arguments),
-                                      "result": None if c.finished_at is None else pretty_json(c.result)}
-                                     for c in m.tool_calls.all()]}
-            for m in with_tool_calls(conversation.messages.order_by("position"))
+            {"message": m, "feedback": feedback_of(m),
+             "calls": [{"call": c, "arguments": pretty_json(c.arguments),
+                        "result": None if c.finished_at is None else pretty_json(c.result)}
+                       for c in m.tool_calls.all()]}
+            for m in with_tool_calls(conversation.messages.order_by("position")).select_related("feedback")
         ]
         context = {
             **self.admin_site.each_context(request),
@@ -282,10 +380,10 @@ class ApiTokenAdmin(DeclaredFiltersOnly):
 class ToolPolicyAdmin(DeclaredFiltersOnly):
     """Per-tool policy, plus the page listing every registered tool."""
 
-    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds")
-    list_filter = ("enabled",)
+    list_display = ("tool_name", "enabled", "groups", "max_calls_per_turn", "timeout_seconds", "requires_approval")
+    list_filter = ("enabled", "requires_approval")
     search_fields = ("tool_name",)
-    filter_horizontal = ("allowed_groups",)
+    filter_horizontal = ("allowed_groups", "approval_groups")
     change_list_template = "admin/jxai_app/toolpolicy/change_list.html"
 
     @admin.display(description="allowed groups")
@@ -295,12 +393,16 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
     def get_urls(self) -> list[URLPattern]:
         tools = path("registered/", self.admin_site.admin_view(self.registered_tools_view),
                      name="jxai_app_registered_tools")
-        return [tools, *super().get_urls()]
+        refresh = path("registered/refresh-mcp/", self.admin_site.admin_view(self.refresh_mcp_view),
+                       name="jxai_app_refresh_mcp")
+        return [tools, refresh, *super().get_urls()]
 
     def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
-        """Every tool of the registry: name, description, pretty parameters schema, strict,
-        llm_strict, effective timeout, and who may use it — the rule of
-        :mod:`jxai_app.policy.toolpolicy`, the same one that decides what a turn offers."""
+        """Every tool of the registry, grouped by source (built-in, a tool module, an MCP
+        server): name, description, pretty parameters schema, strict, llm_strict, effective
+        timeout, and who may use it — the rule of :mod:`jxai_app.policy.toolpolicy`, the same
+        one that decides what a turn offers. Above it, each MCP server's health as this
+        worker process sees it (docs/mcp.md "Health in admin")."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use
@@ -312,46 +414,109 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
             definitions = get_tool_registry().list()
         except Exception as exc:  # a misconfigured tool module must not break admin
             definitions, error = [], f"The tool registry could not be loaded: {exc}"
+        servers = mcp_tools.server_configs()
+        manager = mcp_tools.current()
+        mcp_sources = manager.sources() if manager is not None else {}
+        health = {h.name: h for h in manager.health()} if manager is not None else {}
+        builtin = conf.builtin_tool_names()
+        rank = {config.name: index for index, config in enumerate(servers, start=2)}
         for definition in definitions:
             rule = toolpolicy.rule_for(definition.name, rules)
+            server = mcp_sources.get(definition.name)
+            source = (f"MCP server {server}" if server is not None
+                      else "built-in" if definition.name in builtin else "tool module")
             rows.append({"tool": definition, "schema": pretty_json(definition.parameters),
                          "policy": policies.get(definition.name), "who": toolpolicy.who_may_use(definition.name, rules),
-                         "timeout": toolpolicy.effective_timeout(definition, rule)})
+                         "timeout": toolpolicy.effective_timeout(definition, rule),
+                         "approval": rule.describe_approval(), "source": source,
+                         "rank": rank.get(server, len(rank) + 2) if server is not None else int(source != "built-in")})
+        rows.sort(key=lambda row: row["rank"])  # stable: registry order inside each source
         context = {**self.admin_site.each_context(request), "opts": self.opts, "title": "Registered tools",
                    "rows": rows, "error": error,
+                   "servers": [{"config": config, "health": health.get(config.name),
+                                "since": _from_timestamp(getattr(health.get(config.name), "connected_since", None))}
+                               for config in servers],
+                   "worker_has_sessions": manager is not None,
                    "unknown_policies": sorted(set(policies) - {d.name for d in definitions})}
         return TemplateResponse(request, "admin/jxai_app/toolpolicy/registered.html", context)
 
+    def refresh_mcp_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: re-read the MCP servers' configuration and list their tools again
+        (reconnecting those that are down) in the worker process serving this request."""
+        if request.method != "POST" or not self.has_view_permission(request):
+            raise PermissionDenied
+        # A new server's first attempt, then a listing or a reconnection: each within its timeout.
+        if mcp_tools.refresh_from_thread(timeout=2 * max([c.timeout for c in mcp_tools.server_configs()] + [5.0])):
+            self.message_user(request, "MCP servers refreshed in this worker process.", messages.SUCCESS)
+        else:
+            self.message_user(request, "This worker process has not started its MCP sessions yet (they start "
+                                       "with its first request or turn), or a server did not answer in time.",
+                              messages.WARNING)
+        return HttpResponseRedirect(reverse("admin:jxai_app_registered_tools"))
 
-@admin.register(UserLimits)
-class UserLimitsAdmin(DeclaredFiltersOnly):
-    """Per-user overrides of the rate limit and the daily token quota: empty = the settings'
-    default, 0 = unlimited (the help text of each field says so on the form)."""
 
-    list_display = ("user", "turns_per_minute", "tokens_per_day")
-    search_fields = ("user__username",)
-    raw_id_fields = ("user",)
+@admin.register(McpServer)
+class McpServerAdmin(DeclaredFiltersOnly):
+    """MCP servers whose tools the assistant may use (docs/mcp.md). No secret is stored here:
+    environment variable *names* only. A change reaches each worker at its next turn. Only
+    superusers add, change or delete servers: a stdio server is a command each worker runs
+    (docs/security.md "MCP servers"); staff with the view permission see them."""
+
+    list_display = ("name", "enabled", "transport", "target", "timeout_seconds", "pass_user_id")
+    list_filter = ("enabled", "transport")
+    search_fields = ("name",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)  # a stdio server is a command every worker runs
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
+    @admin.display(description="command or URL")
+    def target(self, server: McpServer) -> str:
+        return server.url if server.transport == McpServer.Transport.STREAMABLE_HTTP else server.command
 
 
-@admin.register(UsageLedger)
-class UsageLedgerAdmin(DeclaredFiltersOnly):
-    """Per-user usage by UTC day, read-only, with totals over the filtered rows. Estimated
-    tokens (the provider sent no usage) are a column of their own."""
+@admin.register(UserSettings)
+class UserSettingsAdmin(DeclaredFiltersOnly):
+    """Each user's custom instructions (added to the system prompt of their new turns),
+    read-only: the user edits them in the chat page's settings dialog."""
 
-    list_display = ("day", "user", "input_tokens", "output_tokens", "total", "estimated", "requests")
-    list_filter = (("user", admin.RelatedOnlyFieldListFilter), "day")
+    list_display = ("user", "instructions_excerpt", "updated_at")
     list_select_related = ("user",)
-    date_hierarchy = "day"
     search_fields = ("user__username",)
-    change_list_template = "admin/jxai_app/usageledger/change_list.html"
+    fields = ("user", "custom_instructions", "updated_at")
+    readonly_fields = fields
 
-    @admin.display(description="total tokens", ordering=F("input_tokens") + F("output_tokens"))
-    def total(self, row: UsageLedger) -> int:
-        return row.total_tokens
+    @admin.display(description="custom instructions")
+    def instructions_excerpt(self, row: UserSettings) -> str:
+        text = row.custom_instructions
+        return text if len(text) <= 80 else text[:79] + "…"
 
-    @admin.display(description="of which estimated", ordering="estimated_tokens")
-    def estimated(self, row: UsageLedger) -> str:
-        return f"{row.estimated_tokens} (estimated)" if row.estimated_tokens else "0"
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Note)
+class NoteAdmin(DeclaredFiltersOnly):
+    """Users' notes (what the approval demonstration tool ``save_note`` writes; docs/approval.md):
+    content, so only staff who may read conversations see them; read-only."""
+
+    list_display = ("owner", "created_at", "text")
+    list_filter = ("created_at",)
+    readonly_fields = ("owner", "text", "created_at")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return can_read_content(request)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return can_read_content(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -362,17 +527,114 @@ class UsageLedgerAdmin(DeclaredFiltersOnly):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+
+@admin.register(UserLimits)
+class UserLimitsAdmin(DeclaredFiltersOnly):
+    """Per-user overrides of the rate limit and the daily token and cost quotas: empty = the
+    settings' default, 0 = unlimited (the help text of each field says so on the form)."""
+
+    list_display = ("user", "turns_per_minute", "tokens_per_day", "cost_per_day")
+    search_fields = ("user__username",)
+    raw_id_fields = ("user",)
+
+
+def _tokens(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.4f}"
+
+
+@admin.register(UsageLedger)
+class UsageLedgerAdmin(DeclaredFiltersOnly):
+    """Per-user usage by model and UTC day, read-only, with totals over the filtered rows,
+    charts of the last 30 days of those rows (tokens and cost per day by model and by user,
+    the top users, the error rate; inline SVG drawn on the server, :mod:`jxai_app.web.charts`)
+    and a CSV export of them (docs/operations.md "Usage in admin"). Estimated tokens (the
+    provider sent no usage) and their cost are columns of their own."""
+
+    list_display = ("day", "user", "model", "input_tokens", "output_tokens", "total", "estimated", "cost",
+                    "requests", "failed_requests")
+    list_filter = (("user", admin.RelatedOnlyFieldListFilter), "model", "day")
+    list_select_related = ("user",)
+    date_hierarchy = "day"
+    search_fields = ("user__username",)
+    change_list_template = "admin/jxai_app/usageledger/change_list.html"
+
+    class Media:
+        css = {"all": ("jxai_app/admin.css",)}  # the charts' size
+
+    @admin.display(description="total tokens", ordering=F("input_tokens") + F("output_tokens"))
+    def total(self, row: UsageLedger) -> int:
+        return row.total_tokens
+
+    @admin.display(description="of which estimated", ordering="estimated_tokens")
+    def estimated(self, row: UsageLedger) -> str:
+        return f"{row.estimated_tokens} (estimated)" if row.estimated_tokens else "0"
+
+    @admin.display(description="cost (USD)", ordering="cost_usd")
+    def cost(self, row: UsageLedger) -> str:
+        text = _usd(float(row.cost_usd))
+        return f"{text} ({_usd(float(row.estimated_cost_usd))} estimated)" if row.estimated_cost_usd else text
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        export = path("export.csv", self.admin_site.admin_view(self.export_csv_view),
+                      name="jxai_app_usageledger_export")
+        return [export, *super().get_urls()]
+
+    def export_csv_view(self, request: HttpRequest) -> HttpResponse:
+        """The rows the changelist shows with the same filters (every page), as CSV."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        rows = self.get_changelist_instance(request).queryset
+        stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+        return HttpResponse(usage_report.csv_text(rows.iterator()), content_type="text/csv; charset=utf-8",
+                            headers={"Content-Disposition": f'attachment; filename="jxai-usage-{stamp}.csv"'})
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         response = super().changelist_view(request, extra_context)
         context = getattr(response, "context_data", None)
         if isinstance(context, dict) and "cl" in context:
-            totals = context["cl"].queryset.aggregate(
+            rows = context["cl"].queryset
+            totals = rows.aggregate(
                 input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"),
-                estimated_tokens=Sum("estimated_tokens"), requests=Sum("requests"))
-            totals = {key: int(value or 0) for key, value in totals.items()}
+                estimated_tokens=Sum("estimated_tokens"), requests=Sum("requests"),
+                failed_requests=Sum("failed_requests"), cost_usd=Sum("cost_usd"),
+                estimated_cost_usd=Sum("estimated_cost_usd"))
+            totals = {key: value or 0 for key, value in totals.items()}
             totals["total_tokens"] = totals["input_tokens"] + totals["output_tokens"]
             context["totals"] = totals
+            context["charts"] = self._charts(rows)
+            context["top_users"] = usage_report.top_users(rows, today=ratelimit.now().date())
+            context["export_query"] = request.GET.urlencode()
         return response
+
+    @staticmethod
+    def _charts(rows: QuerySet[UsageLedger]) -> list[Any]:
+        today = ratelimit.now().date()  # the ledger's own clock: its days are UTC days
+        charts = [
+            stacked_bars(f"{measure}-by-{group}", f"{label} per day by {group}, last 30 days",
+                         usage_report.daily_by(rows, group=group, measure=measure, today=today), unit=unit)
+            for measure, label, unit in (("tokens", "Tokens", _tokens), ("cost", "Cost (USD)", _usd))
+            for group in ("model", "user")
+        ]
+        charts.append(stacked_bars("error-rate", "Provider requests that failed, % per day, last 30 days",
+                                   usage_report.error_rate(rows, today=today), unit=lambda v: f"{v:.1f} %"))
+        return charts
+
+
+def _from_timestamp(seconds: float | None) -> datetime.datetime | None:
+    return None if seconds is None else datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
 
 
 def _usage_link(user: Any) -> str:

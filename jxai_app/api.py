@@ -25,12 +25,14 @@ from jxai_app.web import authn
 
 from jxai_app.core import gateway
 
+from jxai_app.ops import observe
 from jxai_app.policy import ratelimit
 
 from jxai_app.core import ssrf
 from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.core.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPES, problem, problem_body, type_uri
 from jxai_app.core.streaming.retry import RetryPolicy
+from jxai_app.turns import httpturn
 
 __all__ = ["chat", "models", "problem_index", "problem_page", "problem_response"]
 
@@ -100,6 +102,9 @@ async def chat(request: HttpRequest) -> HttpResponse:
     """
     if request.method != "POST":
         return _method_not_allowed("POST")
+    conversation = request.GET.get("conversation")
+    if conversation is not None:
+        return await _conversation_chat(request, conversation)
     try:
         user, chat_request, upstream, reservation = await _accept(request)
     except ProblemError as refusal:
@@ -109,8 +114,10 @@ async def chat(request: HttpRequest) -> HttpResponse:
         return problem_response(problem("internal-error", "The model configuration is unusable; see the server log."))
 
     async def finish(outcome: gateway.StreamOutcome) -> None:
+        observe.api_request_ended(upstream.model, outcome.usage, outcome.terminal)
         try:
-            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, reservation=reservation)
+            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, model=upstream.model,
+                                          failed=outcome.terminal == "error", reservation=reservation)
         except Exception:  # the answer is already out; losing a count must not raise here
             logger.exception("ai/chat: recording usage failed")
 
@@ -118,6 +125,34 @@ async def chat(request: HttpRequest) -> HttpResponse:
                                      content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _conversation_chat(request: HttpRequest, conversation: str) -> HttpResponse:
+    """``POST /ai/chat?conversation=<id>|new``: a saved conversation's turn with the server's
+    tools, or the decisions on its waiting calls (docs/api.md "Conversation mode"). The same
+    checks as the stateless mode up to the body's shape, then the turn's own (ownership,
+    one turn at a time, quota and rate limit: the websocket's rules)."""
+    try:
+        principal = await authn.authenticate(request)
+        if request.headers.get("X-Api-Base-URL"):
+            raise ProblemError(problem("forbidden", "A conversation request uses the server's providers; "
+                                       "X-Api-Base-URL is not accepted here."))
+        limits = conf.get_limits()
+        body = gateway.read_body(request.read, limits.max_body_bytes)
+        parsed = gateway.parse_chat_request(body, max_messages=limits.max_messages,
+                                            max_message_chars=limits.max_message_chars)
+        asked = httpturn.parse_conversation_request(conversation, messages=parsed.messages, tools=parsed.tools,
+                                                    model=parsed.model)
+        cid, events = await httpturn.run_conversation_request(user=principal.user, request=asked)
+    except ProblemError as refusal:
+        return problem_response(refusal.problem)
+    logger.info("ai/chat conversation %s: user=%s via=%s %s", cid, principal.user.pk, principal.via,
+                "decisions" if asked.text is None else "turn")
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    response["X-Conversation-Id"] = str(cid)
     return response
 
 

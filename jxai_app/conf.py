@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import ipaddress
 import json
 import os
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -32,6 +34,7 @@ from django.conf import settings
 from jxai_app.core.agent import AgentPolicy
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.logsafety import environment_secrets
+from jxai_app.core.mcp.config import McpServerConfig
 from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
@@ -42,6 +45,9 @@ LOCAL_MODEL_ALIAS = "gemma-3-270m"
 LOCAL_CALCULATOR_ALIAS = "gemma-3-270m-calculator"
 """The local model with ``tool_choice`` forcing ``calculate`` on the request answering the user:
 the 270M base model never calls a tool unprompted (README, "The embedded local model")."""
+LOCAL_NOTES_ALIAS = "gemma-3-270m-notes"
+"""The local model forcing ``save_note``, a tool whose calls wait for the user's approval (its
+policy row, made by migration 0003): a newcomer sees an approval card (docs/approval.md)."""
 DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
 
 # Variables that configure a provider; with none of them set the local model is used.
@@ -101,11 +107,16 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "model_id": LOCAL_MODEL_ALIAS,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
+            "price": {"input_per_mtok": 0, "output_per_mtok": 0},  # runs here: costs nothing per token
         }
         models[LOCAL_MODEL_ALIAS] = {**local, "label": "Gemma 3 270M (local)"}
         models[LOCAL_CALCULATOR_ALIAS] = {
             **local, "label": "Gemma 3 270M + calculator (local)",
             "tool_choice": {"type": "function", "function": {"name": "calculate"}},
+        }
+        models[LOCAL_NOTES_ALIAS] = {
+            **local, "label": "Gemma 3 270M + notes, with approval (local)",
+            "tool_choice": {"type": "function", "function": {"name": "save_note"}},
         }
     return {"providers": providers, "models": models, "roles": {"default": next(iter(models))}}
 
@@ -195,6 +206,14 @@ async def _search_conversations(owner: Any, query: str, limit: int) -> list[dict
     return await sync_to_async(_search_and_close, thread_sensitive=False)(owner, query, limit)
 
 
+async def _save_note(owner: Any, text: str) -> dict[str, Any]:
+    """``save_note``'s store (:func:`jxai_app.store.notes.note_save`), in the worker's database threads."""
+    from jxai_app.store.dbsync import db_thread_call
+    from jxai_app.store.notes import note_save  # Django layer, imported on first use
+
+    return dict(await db_thread_call(note_save)(owner=owner, text=text))
+
+
 @functools.cache
 def get_tool_registry() -> ToolRegistry:
     """The process-wide tool registry: the built-ins (with ``search_conversations`` bound to
@@ -204,7 +223,7 @@ def get_tool_registry() -> ToolRegistry:
     Raises:
         ConfigurationError: a tool module cannot be imported or has no ``register``.
     """
-    registry = default_registry(search=_search_conversations)
+    registry = default_registry(search=_search_conversations, save_note=_save_note)
     for dotted in settings.JXAI_TOOL_MODULES:
         try:
             module = importlib.import_module(dotted)
@@ -213,6 +232,67 @@ def get_tool_registry() -> ToolRegistry:
             raise ConfigurationError(f"tool module {dotted!r} cannot be loaded: {exc}") from None
         register(registry)
     return registry
+
+
+def mcp_servers_from_env(environ: Mapping[str, str]) -> list[McpServerConfig]:
+    """MCP servers from ``JXAI_MCP_SERVERS_JSON`` (a JSON list, or ``{"servers": [...]}``)
+    or else ``JXAI_MCP_SERVERS_FILE`` (a file holding that JSON); ``[]`` when neither is set
+    (docs/mcp.md "Without admin: a JSON file").
+
+    Raises:
+        ConfigurationError: unreadable or invalid JSON, or a server the configuration refuses.
+    """
+    if environ.get("JXAI_MCP_SERVERS_JSON"):
+        source, text = "JXAI_MCP_SERVERS_JSON", environ["JXAI_MCP_SERVERS_JSON"]
+    elif environ.get("JXAI_MCP_SERVERS_FILE"):
+        source = f"JXAI_MCP_SERVERS_FILE {environ['JXAI_MCP_SERVERS_FILE']!r}"
+        try:
+            text = Path(environ["JXAI_MCP_SERVERS_FILE"]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"{source} is unreadable: {exc}") from None
+    else:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"{source} is not JSON: {exc}") from None
+    return mcp_servers_from_list(data.get("servers") if isinstance(data, dict) else data)
+
+
+def mcp_servers_from_list(entries: Any) -> list[McpServerConfig]:
+    """Configurations from a JSON list of server objects (:meth:`McpServerConfig.from_dict`).
+
+    Raises:
+        ConfigurationError: not a list, a bad entry, or two servers of one name.
+    """
+    if not isinstance(entries, list):
+        raise ConfigurationError("the MCP servers must be a JSON list of objects")
+    configs = [McpServerConfig.from_dict(entry) for entry in entries]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ConfigurationError("two MCP servers have the same name")
+    return configs
+
+
+def get_mcp_servers() -> list[McpServerConfig]:
+    """The MCP servers configured without admin: settings ``JXAI_MCP_SERVERS`` when set,
+    else the environment (:func:`mcp_servers_from_env`)."""
+    configured = getattr(settings, "JXAI_MCP_SERVERS", None)
+    if configured is not None:
+        return mcp_servers_from_list(list(configured))
+    return mcp_servers_from_env(os.environ)
+
+
+def mcp_allow_internal() -> bool:
+    """``JXAI_MCP_ALLOW_INTERNAL``: HTTP MCP servers may be on private or loopback addresses
+    (docs/security.md "MCP servers"; default off)."""
+    return bool(settings.JXAI_MCP_ALLOW_INTERNAL)
+
+
+@functools.cache
+def builtin_tool_names() -> frozenset[str]:
+    """The names of the built-in tools (admin groups the registry's tools by source)."""
+    return frozenset(defn.name for defn in default_registry(search=_search_conversations).list())
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +333,28 @@ def get_limits() -> Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class PageLimits:
+    """Limits of the page's everyday tools (issue 15; docs/store.md "Custom instructions",
+    "Feedback", "Search"). Sizes in characters."""
+
+    custom_instructions_max_chars: int
+    """``JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS`` (default 4,000)."""
+    feedback_comment_max_chars: int
+    """``JXAI_FEEDBACK_COMMENT_MAX_CHARS`` (default 2,000)."""
+    search_results: int
+    """``JXAI_SEARCH_RESULTS``: most results of one search (default 20)."""
+
+
+def get_page_limits() -> PageLimits:
+    """The limits of custom instructions, feedback comments and search from settings."""
+    return PageLimits(
+        custom_instructions_max_chars=settings.JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS,
+        feedback_comment_max_chars=settings.JXAI_FEEDBACK_COMMENT_MAX_CHARS,
+        search_results=settings.JXAI_SEARCH_RESULTS,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class TurnTiming:
     """How a running turn survives faults (docs/turns.md), in seconds."""
 
@@ -269,6 +371,12 @@ def get_turn_timing() -> TurnTiming:
     return TurnTiming(lease=float(settings.JXAI_TURN_LEASE_SECONDS),
                       store_retry=float(settings.JXAI_STORE_RETRY_SECONDS),
                       drain=float(settings.JXAI_DRAIN_SECONDS))
+
+
+def approval_timeout() -> float:
+    """``JXAI_APPROVAL_TIMEOUT_SECONDS``: how long a tool call waits for the user's approval
+    before it expires (default 600; docs/approval.md "Expiry")."""
+    return float(settings.JXAI_APPROVAL_TIMEOUT_SECONDS)
 
 
 def cancel_on_disconnect() -> bool:
@@ -292,6 +400,64 @@ def allow_client_provider() -> bool:
     """``JXAI_ALLOW_CLIENT_PROVIDER``: ``POST /ai/chat`` accepts a caller-supplied provider
     URL (``X-Api-Base-URL``, SSRF-checked) with the caller's own key (default off)."""
     return bool(settings.JXAI_ALLOW_CLIENT_PROVIDER)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsAccess:
+    """Who may read ``/metrics`` (docs/operations.md "Metrics")."""
+
+    allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    """``JXAI_METRICS_ALLOWED_IPS``: client addresses (``REMOTE_ADDR``) let in."""
+    token: str | None
+    """``JXAI_METRICS_TOKEN`` from the environment: a request bearing it is let in from anywhere."""
+
+
+def metrics_access() -> MetricsAccess:
+    """The ``/metrics`` access rule from settings and the environment.
+
+    Raises:
+        ConfigurationError: an entry of ``JXAI_METRICS_ALLOWED_IPS`` is not an address or network.
+    """
+    try:
+        networks = tuple(ipaddress.ip_network(entry, strict=False) for entry in settings.JXAI_METRICS_ALLOWED_IPS)
+    except ValueError as exc:
+        raise ConfigurationError(f"JXAI_METRICS_ALLOWED_IPS: {exc}") from None
+    return MetricsAccess(allowed_networks=networks, token=os.environ.get("JXAI_METRICS_TOKEN") or None)
+
+
+@dataclass(frozen=True, slots=True)
+class Tracing:
+    """OpenTelemetry tracing (docs/operations.md "Tracing")."""
+
+    endpoint: str | None
+    """``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``…_TRACES_ENDPOINT``): tracing is on when set."""
+    capture_content: bool
+    """``JXAI_OTEL_CAPTURE_CONTENT``: record message content on spans (default off)."""
+    service_name: str
+    """``OTEL_SERVICE_NAME`` (default ``jxai``)."""
+
+
+def tracing() -> Tracing:
+    """The tracing settings (the ``OTEL_*`` variables are OpenTelemetry's own, read from the environment)."""
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return Tracing(endpoint=endpoint or None, capture_content=bool(settings.JXAI_OTEL_CAPTURE_CONTENT),
+                   service_name=os.environ.get("OTEL_SERVICE_NAME") or "jxai")
+
+
+def cost_per_day() -> Decimal:
+    """``JXAI_COST_PER_DAY``: each user's spend per UTC day in USD (0 = unlimited).
+
+    Raises:
+        ConfigurationError: not a non-negative decimal number.
+    """
+    try:
+        value = Decimal(str(settings.JXAI_COST_PER_DAY).strip() or "0")
+    except InvalidOperation:
+        value = Decimal(-1)
+    if not value.is_finite() or value < 0:
+        raise ConfigurationError(f"JXAI_COST_PER_DAY must be a non-negative number of USD, "
+                                 f"not {settings.JXAI_COST_PER_DAY!r}")
+    return value
 
 
 def reset_caches() -> None:

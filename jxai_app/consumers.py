@@ -82,6 +82,12 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
     "rename": {"conversationId": (_STR, True), "title": (_STR, True)},
     "delete": {"conversationId": (_STR, True)},
     "list": {"before": (_OPT_STR, False)},
+    "approve": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
+    "deny": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
+    # issue 15 (docs/websocket.md "Search, feedback and custom instructions")
+    "search": {"query": (_STR, True)},
+    "feedback": {"messageId": (_INT, True), "rating": (_OPT_STR, True), "comment": (_STR, False)},
+    "instructions": {"text": (_STR, False)},
 }
 
 
@@ -278,6 +284,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             job = lambda: session.rename(cid, frame["title"])  # noqa: E731
         elif kind == "delete":
             job = lambda: session.delete(cid)  # noqa: E731
+        elif kind in ("approve", "deny"):
+            job = lambda: session.decide(cid, frame["callId"], kind == "approve", frame.get("reason") or "")  # noqa: E731
+        elif kind == "search":
+            job = lambda: session.search(frame["query"])  # noqa: E731
+        elif kind == "feedback":
+            job = lambda: session.feedback(frame["messageId"], frame["rating"], frame.get("comment", ""))  # noqa: E731
+        elif kind == "instructions":
+            job = lambda: session.instructions(frame.get("text"))  # noqa: E731
         else:
             job = lambda: session.list(frame.get("before"))  # noqa: E731
         session.submit(kind, cid, job)

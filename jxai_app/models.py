@@ -4,11 +4,16 @@ around them (API tokens, tool policies, limits, usage).
 ::
 
     Conversation ──< Message ──< ToolCall          (a user's chat, its transcript, the calls)
+                     Message ──○ MessageFeedback   (the owner's thumbs up/down on an answer)
+    UserSettings    per-user custom instructions (added to every new turn's system prompt)
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
+    Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas
-    UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
+    UsageLedger     tokens, cost and provider requests per user, model and UTC day (jxai_app.policy.usage)
+    TokenReservation  tokens held against the daily quota by requests still running (jxai_app.policy.reservations)
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
+    McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -32,6 +37,18 @@ class ConversationStatus(models.TextChoices):
     IDLE = "idle", "idle"
     STREAMING = "streaming", "streaming"
     ERROR = "error", "error"
+    AWAITING_APPROVAL = "awaiting_approval", "awaiting approval"
+    """The turn is paused: a tool call waits for the owner's decision (docs/approval.md)."""
+
+
+class ApprovalState(models.TextChoices):
+    """Where a tool call that needs a person's approval stands (docs/approval.md "States")."""
+
+    NONE = "", "not needed"
+    AWAITING = "awaiting_approval", "awaiting approval"
+    APPROVED = "approved", "approved"
+    DENIED = "denied", "denied"
+    EXPIRED = "expired", "expired"
 
 
 class MessageRole(models.TextChoices):
@@ -64,9 +81,10 @@ class Conversation(models.Model):
     model = models.CharField(max_length=100, blank=True, default="")
     """Model alias (a key of the configured model registry), not a provider id."""
     status = models.CharField(
-        max_length=16, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
+        max_length=20, choices=ConversationStatus.choices, default=ConversationStatus.IDLE
     )
-    """idle / streaming (a turn runs) / error (the last turn failed; Retry offered)."""
+    """idle / streaming (a turn runs) / error (the last turn failed; Retry offered) /
+    awaiting_approval (the turn is paused until the owner decides a tool call; no lease)."""
     last_error = models.TextField(blank=True, default="")
     """Message of the last failed turn (docs/store.md "What error and Stop remove"), ``""`` when none; cleared by a new send."""
     last_problem = models.JSONField(null=True, blank=True)
@@ -175,16 +193,100 @@ class ToolCall(models.Model):
     """When ``tool_call_start`` arrived."""
     finished_at = models.DateTimeField(null=True, blank=True)
     """When the result was attached."""
+    approval_state = models.CharField(max_length=20, choices=ApprovalState.choices, blank=True, default="")
+    """``""`` (no approval needed), ``awaiting_approval``, ``approved``, ``denied``, ``expired``
+    (docs/approval.md "States")."""
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="+")
+    """Who must decide: the conversation's owner when the call was paused."""
+    approval_requested_at = models.DateTimeField(null=True, blank=True)
+    """When the call started waiting (the expiry counts from here)."""
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    """Who decided (``None``: nobody yet, or the system: an expiry)."""
+    decided_at = models.DateTimeField(null=True, blank=True)
+    """When the decision was recorded."""
+    decision_reason = models.TextField(blank=True, default="")
+    """The reason given with the decision (a denial's reason reaches the model)."""
 
     class Meta:
         ordering = ["message", "position"]
         constraints = [
             models.UniqueConstraint(fields=["message", "position"], name="jxai_toolcall_position_unique"),
         ]
-        indexes = [models.Index(fields=["call_id"], name="jxai_toolcall_call_id")]
+        indexes = [models.Index(fields=["call_id"], name="jxai_toolcall_call_id"),
+                   models.Index(fields=["approval_state", "approval_requested_at"], name="jxai_toolcall_approval")]
 
     def __str__(self) -> str:
         return f"{self.name or '?'}({self.call_id})"
+
+
+class Note(models.Model):
+    """A note a user keeps: what the built-in ``save_note`` tool writes, after the user approved
+    the call (docs/approval.md "The demonstration tool")."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_notes")
+    """Whose note (always the user the tool acted for)."""
+    text = models.TextField()
+    """The note."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was saved."""
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"note {self.pk} of user {self.owner_id}"
+class FeedbackRating(models.TextChoices):
+    """A reader's verdict on an assistant message (docs/store.md "Feedback")."""
+
+    UP = "up", "thumbs up"
+    DOWN = "down", "thumbs down"
+
+
+class MessageFeedback(models.Model):
+    """The conversation owner's feedback on one assistant message: a rating and an optional
+    comment, for staff review (docs/store.md "Feedback"). At most one per message: the
+    owner is the only one who may give it, and giving it again replaces it."""
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="feedback")
+    """The assistant message it is about (its conversation's owner gave it)."""
+    rating = models.CharField(max_length=8, choices=FeedbackRating.choices)
+    """``up`` or ``down``."""
+    comment = models.TextField(blank=True, default="")
+    """Optional words of the owner, at most ``FEEDBACK_COMMENT_MAX_CHARS`` characters."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was first given."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last change of the rating or the comment."""
+
+    class Meta:
+        verbose_name = "message feedback"
+        verbose_name_plural = "message feedback"
+        indexes = [models.Index(fields=["rating"], name="jxai_feedback_rating")]
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on message {self.message_id}"
+
+
+class UserSettings(models.Model):
+    """One user's chat settings, edited in the page's settings dialog (docs/store.md
+    "Custom instructions")."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_settings")
+    """Whose settings."""
+    custom_instructions = models.TextField(blank=True, default="")
+    """Text added to the system prompt of every new turn of this user; ``""`` adds nothing.
+    At most ``JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS`` characters."""
+    updated_at = models.DateTimeField(auto_now=True)
+    """Last change."""
+
+    class Meta:
+        verbose_name = "user settings"
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"settings of {self.user}"
 
 
 API_TOKEN_PREFIX = "jxai_"
@@ -271,6 +373,14 @@ class ToolPolicy(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0.001)],
         help_text="Seconds one call may run before it fails; empty = the tool's own timeout.")
     """Execution timeout in seconds; ``None`` = the tool definition's own timeout."""
+    requires_approval = models.CharField(
+        max_length=8, choices=[("never", "never"), ("always", "always")], default="never",
+        help_text="always: the user approves each call before it runs (docs/approval.md).")
+    """``never`` or ``always``: whether each call waits for the user's approval."""
+    approval_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="jxai_tool_approvals",
+        help_text="With 'always': empty = every user approves each call; otherwise only members of these groups do.")
+    """With ``always``: the groups whose members must approve; empty = everyone."""
 
     class Meta:
         ordering = ["tool_name"]
@@ -297,6 +407,10 @@ class UserLimits(models.Model):
         null=True, blank=True, help_text="Most tokens (input + output) per UTC day. " + _LIMIT_HELP.format(
             setting="JXAI_TOKENS_PER_DAY"))
     """Most tokens (input + output) per UTC day; ``None`` = the settings' default, 0 = no limit."""
+    cost_per_day = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0)],
+        help_text="Most spend in USD per UTC day. " + _LIMIT_HELP.format(setting="JXAI_COST_PER_DAY"))
+    """Most cost in USD per UTC day; ``None`` = the settings' default, 0 = no limit (docs/operations.md "Cost")."""
 
     class Meta:
         verbose_name = "user limits"
@@ -307,19 +421,22 @@ class UserLimits(models.Model):
 
 
 class UsageLedger(models.Model):
-    """Tokens and provider requests of one user on one UTC day (docs/security.md "Limits: why the database, and what it costs").
+    """Tokens, cost and provider requests of one user with one model on one UTC day
+    (docs/security.md "Limits: why the database, and what it costs"; docs/operations.md "Cost").
 
     Written only by :func:`jxai_app.policy.usage.ledger_add` with ``F()`` increments (race-free
-    upsert); the daily token quota reads it, so the figure holds across worker processes and
-    restarts. ``input_tokens`` and ``output_tokens`` include estimated counts;
-    ``estimated_tokens`` says how many of them were estimated because the provider sent no
-    usage.
+    upsert); the daily token and cost quotas read the sum of the user's rows of the day, so the
+    figures hold across worker processes and restarts. ``input_tokens`` and ``output_tokens``
+    include estimated counts; ``estimated_tokens`` says how many of them were estimated
+    because the provider sent no usage, and ``estimated_cost_usd`` how much of the cost.
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_usage")
     """Whose usage."""
     day = models.DateField()
     """The UTC day."""
+    model = models.CharField(max_length=200, blank=True, default="")
+    """The model alias the requests used (``""``: recorded before models were told apart)."""
     input_tokens = models.PositiveBigIntegerField(default=0)
     """Prompt tokens of the day's provider requests (estimates included)."""
     output_tokens = models.PositiveBigIntegerField(default=0)
@@ -327,20 +444,28 @@ class UsageLedger(models.Model):
     estimated_tokens = models.PositiveBigIntegerField(
         default=0, help_text="Part of input + output that was estimated (the provider sent no usage).")
     """How many of ``input_tokens + output_tokens`` were estimated, not reported."""
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0,
+                                   help_text="USD, from the model's price (estimates included).")
+    """What the requests cost in USD (:mod:`jxai_app.policy.cost`), estimated ones included."""
+    estimated_cost_usd = models.DecimalField(max_digits=20, decimal_places=10, default=0,
+                                             help_text="Part of the cost computed from estimated tokens.")
+    """How much of ``cost_usd`` comes from estimated tokens."""
     requests = models.PositiveIntegerField(default=0)
     """Provider requests recorded (one per model round, websocket and ``/ai/chat`` alike)."""
+    failed_requests = models.PositiveIntegerField(default=0)
+    """Of ``requests``, those that ended in an error (the admin's error rate)."""
     updated_at = models.DateTimeField(auto_now=True)
     """Last increment."""
 
     class Meta:
-        ordering = ["-day", "user"]
-        verbose_name = "usage (per user and day)"
-        verbose_name_plural = "usage (per user and day)"
-        constraints = [models.UniqueConstraint(fields=["user", "day"], name="jxai_usage_user_day_unique")]
+        ordering = ["-day", "user", "model"]
+        verbose_name = "usage (per user, model and day)"
+        verbose_name_plural = "usage (per user, model and day)"
+        constraints = [models.UniqueConstraint(fields=["user", "day", "model"], name="jxai_usage_user_day_model")]
         indexes = [models.Index(fields=["day"], name="jxai_usage_day")]
 
     def __str__(self) -> str:
-        return f"usage of {self.user} on {self.day:%Y-%m-%d}"
+        return f"usage of {self.user} with {self.model or '(any model)'} on {self.day:%Y-%m-%d}"
 
     @property
     def total_tokens(self) -> int:
@@ -397,3 +522,67 @@ class TurnAdmission(models.Model):
 
     def __str__(self) -> str:
         return f"turn of {self.user_id} at {self.at:%H:%M:%S}"
+
+
+class McpServer(models.Model):
+    """An MCP server whose tools the assistant may use (docs/mcp.md "Configuring a server").
+
+    No secret is stored: a stdio server lists the *names* of the environment variables its
+    process gets, an HTTP server maps each header to the *name* of the variable holding its
+    value. :meth:`to_config` gives the core's :class:`~jxai_app.core.mcp.McpServerConfig`.
+    """
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (a command run by each worker)"
+        STREAMABLE_HTTP = "streamable-http", "streamable HTTP (a URL)"
+
+    name = models.CharField(max_length=24, unique=True,
+                            help_text="Letters, digits, '-' or single '_'; tools are named <name>__<tool>.")
+    enabled = models.BooleanField(default=True, help_text="Off: not connected, no tools.")
+    transport = models.CharField(max_length=20, choices=Transport.choices, default=Transport.STDIO)
+    command = models.CharField(max_length=500, blank=True, help_text="stdio: the program to run.")
+    arguments = models.JSONField(default=list, blank=True, help_text='stdio: its arguments, e.g. ["-m", "server"].')
+    env_names = models.JSONField(default=list, blank=True,
+                                 help_text='stdio: names of environment variables passed to it, e.g. ["GITHUB_TOKEN"].')
+    url = models.CharField(max_length=500, blank=True, help_text="streamable HTTP: the endpoint, e.g. https://mcp.example.com/mcp.")
+    header_env = models.JSONField(
+        default=dict, blank=True,
+        help_text='streamable HTTP: header → name of the environment variable with its value, '
+                  'e.g. {"Authorization": "TICKETS_AUTH"}.')
+    timeout_seconds = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)],
+                                        help_text="Seconds for connecting and for each call.")
+    pass_user_id = models.BooleanField(default=False,
+                                       help_text="Send the requesting user's id with each call (header below over HTTP).")
+    user_header = models.CharField(max_length=64, default="X-Jxai-User")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def to_config(self) -> Any:
+        """This row as a :class:`~jxai_app.core.mcp.McpServerConfig`.
+
+        Raises:
+            ConfigurationError: a value the configuration refuses (see its checks).
+        """
+        from jxai_app.core.mcp import McpServerConfig
+
+        return McpServerConfig(
+            name=self.name, transport=self.transport, command=self.command,  # type: ignore[arg-type]
+            args=tuple(str(a) for a in self.arguments or ()), env_names=tuple(str(e) for e in self.env_names or ()),
+            url=self.url, header_env={str(k): str(v) for k, v in dict(self.header_env or {}).items()},
+            timeout=float(self.timeout_seconds), pass_user_id=self.pass_user_id, user_header=self.user_header,
+            enabled=self.enabled)
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from jxai_app.core.errors import ConfigurationError
+
+        try:
+            self.to_config()
+        except (ConfigurationError, TypeError, ValueError) as exc:
+            raise ValidationError(str(exc)) from None

@@ -1,8 +1,10 @@
-"""HTTP routes of the jxai app: the chat page, the /ai API and problem type pages."""
+"""HTTP routes of the jxai app: the chat page, the /ai API, problem type pages, and the
+operator's endpoints (docs/operations.md)."""
 
 from django.urls import path
 
 from jxai_app import api, views
+from jxai_app.ops import endpoints
 
 urlpatterns: list = [
     path("", views.chat, name="chat"),
@@ -11,4 +13,7 @@ urlpatterns: list = [
     path("ai/models", api.models, name="ai-models"),
     path("problems/", api.problem_index, name="problem-index"),
     path("problems/<slug:slug>", api.problem_page, name="problem"),
+    path("metrics", endpoints.metrics_view, name="metrics"),
+    path("healthz", endpoints.healthz, name="healthz"),
+    path("readyz", endpoints.readyz, name="readyz"),
 ]

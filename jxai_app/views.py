@@ -17,7 +17,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from jxai_app import store
-from jxai_app.conf import get_limits, get_model_registry
+from jxai_app.conf import get_limits, get_model_registry, get_page_limits
 from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.store.serializers import conversation_dict, conversation_dicts
 
@@ -63,6 +63,8 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
         "models": models,
         "defaultModel": default_model,
         "maxMessageChars": limits.max_message_chars,
+        "customInstructionsMaxChars": get_page_limits().custom_instructions_max_chars,
+        "feedbackCommentMaxChars": get_page_limits().feedback_comment_max_chars,
         "wsPath": WS_PATH,
     }
     title = (current.title or "Conversation") if current else "New chat"

@@ -15,15 +15,16 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from jxai_app.mcp_tools import StartOnFirstRequest  # noqa: E402
 from jxai_app.routing import websocket_urlpatterns  # noqa: E402
 from jxai_app.web.origin import SameOriginValidator  # noqa: E402
 
-application = ProtocolTypeRouter(
+application = StartOnFirstRequest(ProtocolTypeRouter(  # MCP sessions open at the first request (docs/mcp.md)
     {
         "http": django_asgi_app,
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
-)
+))
 
 # Everything imported so far lives as long as the process: move it out of the collector's
 # reach, so a full collection scans only what requests and turns allocate (measured under

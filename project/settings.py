@@ -64,7 +64,7 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "jxai_app.admin_site.JxaiAdminConfig",  # django.contrib.admin with the registered-tools entry (issue 15)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -226,6 +226,12 @@ JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 # Staff who are not superusers issue API tokens for themselves only; on, also for users
 # without staff rights (jxai_app.policy.tokens).
 JXAI_STAFF_TOKENS_FOR_USERS = env_bool("JXAI_STAFF_TOKENS_FOR_USERS", False)
+# Issue 17 (tools from MCP servers, docs/mcp.md): servers come from admin (McpServer rows)
+# and from JXAI_MCP_SERVERS_JSON / JXAI_MCP_SERVERS_FILE, read by conf like the model
+# registry; JXAI_MCP_SERVERS (a list of dicts) replaces those two variables (tests). HTTP
+# servers on private or loopback addresses are refused unless JXAI_MCP_ALLOW_INTERNAL is on
+# (docs/security.md "MCP servers").
+JXAI_MCP_ALLOW_INTERNAL = env_bool("JXAI_MCP_ALLOW_INTERNAL", False)
 
 # Everything below is read only through jxai_app.conf (which also reads the provider
 # variables OPENAI_API_KEY, OPENAI_BASE_URL, JXAI_MODEL, ANTHROPIC_*, JXAI_MODELS_FILE,
@@ -270,6 +276,34 @@ JXAI_TURN_LEASE_SECONDS = float(os.environ.get("JXAI_TURN_LEASE_SECONDS", "6"))
 JXAI_STORE_RETRY_SECONDS = float(os.environ.get("JXAI_STORE_RETRY_SECONDS", "120"))
 JXAI_DRAIN_SECONDS = float(os.environ.get("JXAI_DRAIN_SECONDS", "30"))
 JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
+# Issue 16, tool approval (docs/approval.md): a call waiting for the user's approval longer
+# than this many seconds expires (the model reads that it was not run).
+JXAI_APPROVAL_TIMEOUT_SECONDS = float(os.environ.get("JXAI_APPROVAL_TIMEOUT_SECONDS", "600"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))
+
+# --- Operating it (issue 18; docs/operations.md): /metrics access, tracing, log format, cost ---
+# /metrics answers requests from these addresses or networks (REMOTE_ADDR), or any request
+# with "Authorization: Bearer $JXAI_METRICS_TOKEN" (the token is read from the environment by
+# jxai_app.conf, never kept here). PROMETHEUS_MULTIPROC_DIR (read by prometheus-client)
+# merges several workers' metrics. Tracing is on when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+JXAI_METRICS_ALLOWED_IPS = env_list("JXAI_METRICS_ALLOWED_IPS", ["127.0.0.1", "::1"])
+JXAI_OTEL_CAPTURE_CONTENT = env_bool("JXAI_OTEL_CAPTURE_CONTENT", False)
+# Per-user spend per UTC day in USD (decimal text; 0 = unlimited), beside JXAI_TOKENS_PER_DAY.
+JXAI_COST_PER_DAY = os.environ.get("JXAI_COST_PER_DAY", "0")
+DJANGO_LOG_FORMAT = os.environ.get("DJANGO_LOG_FORMAT", "text").strip().lower()
+if DJANGO_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"DJANGO_LOG_FORMAT must be text or json, not {DJANGO_LOG_FORMAT!r}")
+if DJANGO_LOG_FORMAT == "json":
+    LOGGING["formatters"] = {"json": {"()": "jxai_app.ops.jsonlog.JsonFormatter"}}
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+# Probes and scrapers speak plain HTTP inside the cluster: no HTTPS redirect for them.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
+# Issue 15 (the page a daily user keeps using): the longest custom instructions a user may
+# save (added to the system prompt of each new turn), the longest feedback comment, and the
+# most results the page's search returns (docs/store.md "Custom instructions", "Feedback",
+# "Search").
+JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS = int(os.environ.get("JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS", "4000"))
+JXAI_FEEDBACK_COMMENT_MAX_CHARS = int(os.environ.get("JXAI_FEEDBACK_COMMENT_MAX_CHARS", "2000"))
+JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))

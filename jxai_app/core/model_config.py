@@ -25,7 +25,10 @@ The dict::
           "temperature": 0.2,            # optional; omitted = not sent (reasoning models)
           "max_tokens": 4096,            # optional
           "reasoning_effort": "low",     # optional; openai and openai-responses kinds only
-          "label": "GPT-4o"              # optional, for people
+          "label": "GPT-4o",             # optional, for people
+          "price": {"input_per_mtok": 0, "output_per_mtok": 0}   # optional: USD per million
+                                         # tokens (cached_input_per_mtok too), instead of the
+                                         # genai-prices table (self-hosted models: 0)
         }
       },
       "roles": {"default": "<alias>", "<role>": "<alias>"}   # default: the first model
@@ -85,6 +88,13 @@ _MODEL_SCHEMA: dict[str, Any] = {
         "max_tokens": {"type": ["integer", "null"], "minimum": 1},
         "reasoning_effort": {"type": ["string", "null"], "minLength": 1},
         "label": {"type": ["string", "null"]},
+        "price": {
+            "type": "object",
+            "properties": {key: {"type": "number", "minimum": 0} for key in (
+                "input_per_mtok", "output_per_mtok", "cached_input_per_mtok")},
+            "required": ["input_per_mtok", "output_per_mtok"],
+            "additionalProperties": False,
+        },
     },
     "required": ["provider", "model_id"],
     "additionalProperties": False,
@@ -158,6 +168,9 @@ class ModelConfig:
         reasoning_effort: how hard a reasoning model thinks (``"low"``, ``"medium"``, …), sent
             by the ``openai`` kind as ``reasoning_effort`` and by ``openai-responses`` as
             ``reasoning.effort``; ``None`` = not sent (models without reasoning reject it).
+        price: USD per million tokens (``input_per_mtok``, ``output_per_mtok``, optionally
+            ``cached_input_per_mtok``) overriding the published price table; ``None`` = the
+            table (docs/operations.md "Cost").
     """
 
     alias: str
@@ -170,6 +183,7 @@ class ModelConfig:
     label: str | None = None
     max_tokens: int | None = None
     reasoning_effort: str | None = None
+    price: Mapping[str, float] | None = None
 
 
 def _where(error: ValidationError) -> str:
@@ -284,6 +298,7 @@ def parse_config(
             label=raw.get("label"),
             max_tokens=raw.get("max_tokens"),
             reasoning_effort=raw.get("reasoning_effort"),
+            price=MappingProxyType(dict(raw["price"])) if raw.get("price") is not None else None,
         )
         for alias, raw in data["models"].items()
     }

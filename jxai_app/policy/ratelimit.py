@@ -1,5 +1,5 @@
-"""Per-user rate limit (turns per minute) and quota (tokens per day) (docs/security.md,
-threat 3, and "Limits: why the database, and what it costs").
+"""Per-user rate limit (turns per minute) and quotas (tokens and USD per day) (docs/security.md,
+threat 3, and "Limits: why the database, and what it costs"; docs/operations.md "Cost").
 
 Shared by ``POST /ai/chat`` and the websocket turn runner: call :func:`check_turn_allowed`
 before a turn contacts the provider, and :func:`record_usage` once per provider request
@@ -7,7 +7,7 @@ with the usage it reported (or an estimate, marked as such). Both have ``a``-pre
 twins for async callers.
 
 Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`` through
-:func:`jxai_app.conf.get_limits`), overridden per user by a :class:`~jxai_app.models.UserLimits`
+:func:`jxai_app.conf.get_limits`, ``JXAI_COST_PER_DAY`` through :func:`jxai_app.conf.cost_per_day`), overridden per user by a :class:`~jxai_app.models.UserLimits`
 row (``None`` = the default). **0 means no limit**, in settings and overrides alike.
 
 Storage is the database, which every worker process already shares (SQLite file or
@@ -15,8 +15,9 @@ PostgreSQL), so both figures are exact with any number of workers and survive re
 Django's cache is not used: its default (local memory) counts per process, and a shared
 cache may be emptied.
 
-- **Tokens per day**: the :class:`~jxai_app.models.UsageLedger` row of the user and UTC day,
-  increased by :func:`record_usage` with ``F()`` increments (:mod:`jxai_app.policy.usage`).
+- **Tokens and cost per day**: the :class:`~jxai_app.models.UsageLedger` rows of the user and
+  UTC day (one per model), increased by :func:`record_usage` with ``F()`` increments
+  (:mod:`jxai_app.policy.usage`), the cost from :func:`jxai_app.policy.cost.request_cost`.
 - **Turns per minute**: an exact sliding window. Each admitted turn (a websocket send or an
   ``/ai/chat`` request) adds a :class:`~jxai_app.models.TurnAdmission` row; admitting counts
   the user's rows of the last 60 s inside one transaction that is serialised per user (on
@@ -36,6 +37,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable, Final, Mapping
 
 from django.contrib.auth import get_user_model
@@ -44,6 +46,7 @@ from django.db import transaction
 from jxai_app import conf
 from jxai_app.policy import reservations
 from jxai_app.policy import usage as ledger
+from jxai_app.policy.cost import request_cost
 from jxai_app.store.dbsync import database_sync_to_async
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
@@ -76,6 +79,8 @@ class Allowance:
 
     turns_per_minute: int
     tokens_per_day: int
+    cost_per_day: Decimal = Decimal(0)
+    """USD per UTC day."""
 
 
 def allowance_for(user: Any) -> Allowance:
@@ -83,12 +88,15 @@ def allowance_for(user: Any) -> Allowance:
     from jxai_app.models import UserLimits
 
     limits = conf.get_limits()
-    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day").first() or {}
+    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day",
+                                                            "cost_per_day").first() or {}
     turns = row.get("turns_per_minute")
     tokens = row.get("tokens_per_day")
+    cost = row.get("cost_per_day")
     return Allowance(
         turns_per_minute=int(limits.turns_per_minute if turns is None else turns),
         tokens_per_day=int(limits.tokens_per_day if tokens is None else tokens),
+        cost_per_day=conf.cost_per_day() if cost is None else Decimal(cost),
     )
 
 
@@ -110,39 +118,50 @@ def lock_user(user: Any) -> None:
     get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
 
 
-def quota_refusal(user: Any, allowance: int, need: int, at: datetime, *,
+def quota_refusal(user: Any, allowance: Allowance, need: int, at: datetime, *,
                   besides: uuid.UUID | None = None) -> ProblemError | None:
-    """The ``quota-exceeded`` refusal when a request reserving ``need`` tokens does not fit in
-    the user's ``allowance`` for the day of ``at`` (ledger tokens + reservations, docs/security.md
-    "Quota reservations"), else ``None``. ``besides``: a turn whose own reservation is left out.
+    """The ``quota-exceeded`` refusal of a request reserving ``need`` tokens on the day of
+    ``at``, else ``None``: when tokens are limited, today's ledger tokens (the sum over the
+    user's rows of the day, every model) + the reservations held + ``need`` must fit in
+    ``allowance.tokens_per_day`` (docs/security.md "Quota reservations"); when cost is
+    limited, today's cost must still be under ``allowance.cost_per_day`` (docs/operations.md
+    "Cost"; cost is not reserved). ``besides``: a turn whose own reservation is left out.
     Call it with the user's row locked (:func:`lock_user`)."""
     day = today(at)
-    used = ledger.tokens_on(user.pk, day)
-    held = reservations.held_on(user.pk, day, besides=besides)
-    if used + held + need <= allowance:
-        return None
+    spent = ledger.spent_on(user.pk, day)
     midnight = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
     retry = max(1, math.ceil((midnight - at).total_seconds()))
-    if used >= allowance:
-        detail = (f"You have used {used} of your {allowance} tokens for today (UTC); "
-                  f"the allowance renews in {retry} s.")
-    else:
-        detail = (f"This request may take {need} tokens (its prompt and an answer of up to "
-                  f"{conf.get_limits().reserve_output_tokens}), and only {max(0, allowance - used - held)} of "
-                  f"your {allowance} tokens for today (UTC) are free ({used} used, {held} held by requests "
-                  f"still running); the allowance renews in {retry} s.")
-    return problem_error("quota-exceeded", detail, retry_after=retry)
+    tokens = allowance.tokens_per_day
+    if tokens > 0:
+        used = spent.tokens
+        held = reservations.held_on(user.pk, day, besides=besides)
+        if used >= tokens:
+            return problem_error("quota-exceeded", f"You have used {used} of your {tokens} tokens for today (UTC); "
+                                                   f"the allowance renews in {retry} s.", retry_after=retry)
+        if used + held + need > tokens:
+            return problem_error(
+                "quota-exceeded",
+                f"This request may take {need} tokens (its prompt and an answer of up to "
+                f"{conf.get_limits().reserve_output_tokens}), and only {max(0, tokens - used - held)} of "
+                f"your {tokens} tokens for today (UTC) are free ({used} used, {held} held by requests "
+                f"still running); the allowance renews in {retry} s.", retry_after=retry)
+    if allowance.cost_per_day > 0 and spent.cost >= allowance.cost_per_day:
+        return problem_error("quota-exceeded", f"You have spent ${spent.cost:.4f} of your "
+                                               f"${allowance.cost_per_day:.2f} for today (UTC); the "
+                                               f"allowance renews in {retry} s.", retry_after=retry)
+    return None
 
 
 # -- tokens per day ------------------------------------------------------------------------
 def tokens_used_today(user: Any) -> int:
     """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
-    return ledger.tokens_on(user.pk, today(now()))
+    return ledger.spent_on(user.pk, today(now())).tokens
 
 
-def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
-                 reservation: int | None = None) -> int:
-    """Add one provider request's tokens to the user's ledger row for today (UTC).
+def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool, model: str | None = None,
+                 failed: bool = False, reservation: int | None = None) -> int:
+    """Add one provider request's tokens and cost to the user's ledger row for today (UTC)
+    and the model.
 
     Args:
         user: the user who asked; ``None`` or unsaved users record nothing.
@@ -151,7 +170,11 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
             request with no tokens.
         estimated: True when the counts are an estimate (the provider sent none). Estimates
             count toward the quota like real figures and are also added to the ledger's
-            ``estimated_tokens`` so admin shows them as such.
+            ``estimated_tokens`` (and their cost to ``estimated_cost_usd``) so admin shows
+            them as such.
+        model: the model alias (prices the tokens: :func:`jxai_app.policy.cost.request_cost`);
+            ``None``: unknown, unpriced.
+        failed: the request ended in an error (the ledger's ``failed_requests``).
         reservation: the request's quota reservation (``/ai/chat``), deleted in the same
             transaction (:func:`jxai_app.policy.reservations.settle`).
 
@@ -164,11 +187,12 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
     if user is None or getattr(user, "pk", None) is None:
         return 0
     counts = ledger.counts_from(usage, estimated=estimated)
+    cost = request_cost(model, counts)
     if reservation is None:
-        ledger.ledger_add(user.pk, today(now()), counts)
+        ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
         return counts.total
     with transaction.atomic():
-        ledger.ledger_add(user.pk, today(now()), counts)
+        ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
         reservations.settle(reservation, user.pk)
     return counts.total
 
@@ -198,11 +222,13 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
 
     Checked before the provider is contacted, with the user's row locked
     (:func:`lock_user`) whenever a limit applies, which serialises one user's admissions
-    across processes: first the daily token quota — the request's reservation
-    (``prompt_tokens`` + ``JXAI_RESERVE_OUTPUT_TOKENS``, :func:`jxai_app.policy.reservations.size`)
-    must fit beside today's ledger tokens and the reservations still held (docs/security.md
-    "Quota reservations") — then the turns per minute (rows that left the window are deleted,
-    the window's admissions counted). Only when both pass are the admission and the
+    across processes: first the daily quotas (:func:`quota_refusal`) — the request's
+    reservation (``prompt_tokens`` + ``JXAI_RESERVE_OUTPUT_TOKENS``,
+    :func:`jxai_app.policy.reservations.size`) must fit beside today's ledger tokens (all the
+    user's rows of the day, every model) and the reservations still held (docs/security.md
+    "Quota reservations"), and today's cost must be under the cost allowance
+    (docs/operations.md "Cost") — then the turns per minute (rows that left the window are
+    deleted, the window's admissions counted). Only when all pass are the admission and the
     reservation written, so a refusal writes nothing. Runs in the caller's transaction when
     there is one (the send's: a later refusal or conflict rolls both back too), else in one of
     its own.
@@ -217,7 +243,8 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
         through the turn's recorder), or ``None`` when the user's tokens are unlimited.
 
     Raises:
-        ProblemError: ``quota-exceeded`` (429) when the reservation does not fit,
+        ProblemError: ``quota-exceeded`` (429) when the reservation does not fit or today's
+            cost reached its allowance,
             ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the
             allowance of turns in the last 60 s is used up, ``retry_after`` = seconds until
             the oldest counted turn leaves the window.
@@ -232,10 +259,9 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
     with transaction.atomic(savepoint=False):
         allowance = allowance_for(user)
         tokens, turns = allowance.tokens_per_day > 0, allowance.turns_per_minute > 0
-        if tokens or turns:
+        if tokens or turns or allowance.cost_per_day > 0:
             lock_user(user)
-        if tokens:
-            refusal = quota_refusal(user, allowance.tokens_per_day, reservations.size(prompt_tokens), at)
+            refusal = quota_refusal(user, allowance, reservations.size(prompt_tokens), at)
         if refusal is None and turns:
             window = TurnAdmission.objects.filter(user_id=user.pk)
             window.filter(at__lte=at - WINDOW).delete()

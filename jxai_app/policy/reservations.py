@@ -14,6 +14,8 @@ user's reservations of the UTC day:
   :class:`~jxai_app.models.TokenReservation` row is inserted (:func:`hold`).
 - **Each further round** of a websocket turn reserves again before its request, the same
   way (:func:`reserve_round`); one that does not fit ends the turn with ``quota-exceeded``.
+  So does the first round of a turn resumed after an approval: the pause deleted the paused
+  turn's reservation (:func:`end_turn`), so a waiting call holds none.
 - **Settling**: when a round's usage is recorded, in the same transaction, the turn's row
   goes back to 0 tokens (:func:`release_round`); the turn's end deletes it (:func:`end_turn`);
   ``/ai/chat`` deletes its row when its usage is recorded (:func:`settle`).
@@ -35,6 +37,7 @@ from django.db.models import Q, Sum
 
 from jxai_app import conf
 from jxai_app.policy import usage as ledger
+from jxai_app.policy.cost import request_cost
 
 __all__ = ["adopt", "end_turn", "forfeit_turn", "held_on", "hold", "release_round", "reserve_round", "settle", "size"]
 
@@ -92,13 +95,15 @@ def reserve_round(user: Any, turn_id: uuid.UUID, prompt_tokens: int) -> None:
     with transaction.atomic():
         at = ratelimit.now()
         allowance = ratelimit.allowance_for(user)
-        if allowance.tokens_per_day <= 0:
+        if allowance.tokens_per_day <= 0 and allowance.cost_per_day <= 0:
             return
         ratelimit.lock_user(user)
         need = size(prompt_tokens)
-        refusal = ratelimit.quota_refusal(user, allowance.tokens_per_day, need, at, besides=turn_id)
+        refusal = ratelimit.quota_refusal(user, allowance, need, at, besides=turn_id)
         if refusal is not None:
             raise refusal
+        if allowance.tokens_per_day <= 0:  # only the cost is limited: nothing to hold
+            return
         day = ratelimit.today(at)
         fields = {"day": day, "tokens": need, "prompt_tokens": max(0, int(prompt_tokens))}
         if not TokenReservation.objects.filter(turn_id=turn_id).update(**fields):
@@ -133,10 +138,11 @@ def settle(reservation_id: int | None, user_id: Any = None) -> None:
         _drop(user_id, Q(pk=reservation_id))
 
 
-def forfeit_turn(turn_id: uuid.UUID | None) -> None:
+def forfeit_turn(turn_id: uuid.UUID | None, *, model: str = "") -> None:
     """A turn ended without its runner (recovered after its worker died, or stopped with no
     runner answering): the prompt of a request still in flight reached the provider, so it
-    counts as estimated usage; then the reservation is deleted."""
+    counts as estimated usage of ``model`` (the conversation's alias; priced like any request,
+    :func:`jxai_app.policy.cost.request_cost`); then the reservation is deleted."""
     from jxai_app.models import TokenReservation
     from jxai_app.policy import ratelimit
 
@@ -144,6 +150,7 @@ def forfeit_turn(turn_id: uuid.UUID | None) -> None:
         return
     with transaction.atomic():
         for row in TokenReservation.objects.filter(turn_id=turn_id, tokens__gt=0):
-            ledger.ledger_add(row.user_id, ratelimit.today(ratelimit.now()),
-                              ledger.UsageCounts(input_tokens=int(row.prompt_tokens), estimated=True))
+            counts = ledger.UsageCounts(input_tokens=int(row.prompt_tokens), estimated=True)
+            ledger.ledger_add(row.user_id, ratelimit.today(ratelimit.now()), counts, model=model,
+                              cost=request_cost(model, counts))
         end_turn(turn_id)

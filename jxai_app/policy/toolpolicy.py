@@ -8,7 +8,10 @@ The rule, one place for the turn runner and admin's "registered tools" page:
   user is a superuser;
 - a tool without a row is offered when the setting ``JXAI_TOOLS_DEFAULT_ALLOWED`` is on
   (default on; off makes every tool opt-in through a policy row);
-- a model without tool support is offered no tools at all.
+- a model without tool support is offered no tools at all;
+- a row whose ``requires_approval`` is ``always`` makes each call of the tool wait for the
+  user's approval (for every user, or only members of its ``approval_groups``): a property
+  of the policy, whatever the tool's source (built-in, module, external; docs/approval.md).
 
 :func:`tool_view_for` turns the rule into the per-turn view the agent loop uses: a
 :class:`~jxai_app.core.tools.GatedToolRegistry` over a per-turn copy of the registry, in which a
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +59,10 @@ class ToolRule:
         group_names: their names, sorted (for people).
         max_calls_per_turn: the per-turn cap, ``None`` = none.
         timeout_seconds: the timeout override in seconds, ``None`` = the tool's own.
+        requires_approval: the row says ``always`` (docs/approval.md "Policy").
+        approval_group_ids: with ``requires_approval``, the groups whose members approve
+            each call; empty = every user.
+        approval_group_names: their names, sorted.
     """
 
     name: str
@@ -65,6 +72,25 @@ class ToolRule:
     group_names: tuple[str, ...] = ()
     max_calls_per_turn: int | None = None
     timeout_seconds: float | None = None
+    requires_approval: bool = False
+    approval_group_ids: frozenset[int] = frozenset()
+    approval_group_names: tuple[str, ...] = ()
+
+    def needs_approval(self, *, group_ids: Collection[int]) -> bool:
+        """Whether a call by a user in ``group_ids`` waits for the user's approval: the policy
+        says ``always`` and names no approval groups, or the user is in one of them
+        (superusers are not exempt: approval guards the user's own data)."""
+        if not self.requires_approval:
+            return False
+        return not self.approval_group_ids or not self.approval_group_ids.isdisjoint(group_ids)
+
+    def describe_approval(self) -> str:
+        """Admin's "requires approval" column: ``never``, ``always``, or ``always for members of …``."""
+        if not self.requires_approval:
+            return "never"
+        if self.approval_group_ids:
+            return "always for members of " + ", ".join(self.approval_group_names)
+        return "always"
 
     def allows(self, *, group_ids: Collection[int], is_superuser: bool, default: bool) -> bool:
         """Whether a user in ``group_ids`` (superuser or not) may use the tool (module rule).
@@ -102,7 +128,7 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     """
     from jxai_app.models import ToolPolicy
 
-    rows = ToolPolicy.objects.prefetch_related("allowed_groups")
+    rows = ToolPolicy.objects.prefetch_related("allowed_groups", "approval_groups")
     if names is not None:
         wanted = list(names)
         if not wanted:
@@ -111,10 +137,14 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     rules: dict[str, ToolRule] = {}
     for row in rows:
         groups = sorted(row.allowed_groups.all(), key=lambda g: g.name)
+        approvers = sorted(row.approval_groups.all(), key=lambda g: g.name)
         rules[row.tool_name] = ToolRule(
             name=row.tool_name, has_policy=True, enabled=row.enabled,
             group_ids=frozenset(g.pk for g in groups), group_names=tuple(g.name for g in groups),
             max_calls_per_turn=row.max_calls_per_turn, timeout_seconds=row.timeout_seconds,
+            requires_approval=row.requires_approval == "always",
+            approval_group_ids=frozenset(g.pk for g in approvers),
+            approval_group_names=tuple(g.name for g in approvers),
         )
     return rules
 
@@ -151,7 +181,8 @@ def _with_timeout(defn: ToolDefinition, rule: ToolRule) -> ToolDefinition:
         return defn
 
 
-def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True) -> GatedToolRegistry:
+def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool = True,
+                  prior_calls: Mapping[str, int] | None = None) -> GatedToolRegistry:
     """The tools one turn of ``user`` offers (module rule), as a fresh gated view.
 
     Make one per turn: the view counts calls for the caps. Sync (reads ``ToolPolicy`` rows
@@ -162,11 +193,13 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
         registry: the deployment's registry (``conf.get_tool_registry()``) or a view of it;
             it is copied, never changed.
         model_supports_tools: ``False`` gives a view that offers nothing.
+        prior_calls: tool name → calls the turn already ran (a turn resumed after an
+            approval: docs/approval.md "Limits"), counted against the caps.
 
     Returns:
         A :class:`~jxai_app.core.tools.GatedToolRegistry` whose ``list``/``list_for_llm`` are the
         offered tools, with per-tool timeouts from the policies and ``max_calls_per_turn`` as
-        call caps; ``execute`` of a tool not offered answers ``{"success": false, "error":
+        call caps, and the tools whose calls need the user's approval; ``execute`` of a tool not offered answers ``{"success": false, "error":
         'Tool "…" is not available in this conversation'}``.
     """
     if not model_supports_tools:
@@ -174,17 +207,20 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     definitions = registry.list()
     rules = load_rules(defn.name for defn in definitions)
     default = default_allowed()
-    if any(rule.group_ids for rule in rules.values()):
+    if any(rule.group_ids or rule.approval_group_ids for rule in rules.values()):
         group_ids, is_superuser = _user_groups(user)
     else:  # no rule limits a tool to groups: the user's groups cannot matter (one query less)
         group_ids, is_superuser = frozenset(), False
     offered: set[str] = set()
     caps: dict[str, int] = {}
+    approval: set[str] = set()
     copies: list[ToolDefinition] = []
     for defn in definitions:
         rule = rule_for(defn.name, rules)
         if rule.allows(group_ids=group_ids, is_superuser=is_superuser, default=default):
             offered.add(defn.name)
+            if rule.needs_approval(group_ids=group_ids):
+                approval.add(defn.name)
         if rule.max_calls_per_turn is not None:
             caps[defn.name] = rule.max_calls_per_turn
         copies.append(_with_timeout(defn, rule))
@@ -192,4 +228,5 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     turn_registry = ToolRegistry(copies, max_argument_chars=root.max_argument_chars,
                                  max_result_chars=root.max_result_chars)
     chosen = frozenset(offered)
-    return turn_registry.gated(lambda defn: defn.name in chosen, call_caps=caps)
+    return turn_registry.gated(lambda defn: defn.name in chosen, call_caps=caps, approval=approval,
+                               prior_calls=prior_calls)

@@ -17,16 +17,23 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     turn_cancel(*, user, conversation_id) -> UUID | None
     message_retry(*, user, conversation_id) -> str | None
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
+    message_search(*, owner, query, limit=20) -> list[dict]                      (own only)
+    feedback_set(*, user, message_id, rating, comment="") -> (UUID, dict | None)
+    instructions_get(*, user) -> str; instructions_set(*, user, text) -> str
+    system_prompt_for(*, user, base) -> str                 (base + custom instructions)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
     turns_recover(*, lease=6.0, everything=False, exclude=()) -> [Recovered]; strays_drop() -> int
     leases_renew(turn_ids) -> set of the turns still running
+    approval_decide(*, user, conversation_id, call_id, approved, reason, timeout) -> Decided
+    approvals_expire(*, timeout) -> [Decided]; approvals_stop(*, user, conversation_id) -> bool
 
 A running turn writes through a :class:`TurnRecorder` (a few writes per round; see its module).
 """
 
 from __future__ import annotations
 
+from jxai_app.store.approval import Decided, approval_decide, approvals_expire, approvals_stop
 from jxai_app.store.common import LEASE_SECONDS
 from jxai_app.store.conversation import (
     conversation_create,
@@ -40,9 +47,11 @@ from jxai_app.store.conversation import (
     message_by_id,
     message_list,
 )
+from jxai_app.store.feedback import feedback_set
+from jxai_app.store.instructions import instructions_get, instructions_set, system_prompt_for
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_recover
-from jxai_app.store.search import conversation_search
+from jxai_app.store.search import conversation_search, message_search
 from jxai_app.store.turn import TurnStart, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
@@ -55,9 +64,10 @@ from jxai_app.store.usage import (
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [
-    "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
+    "Decided", "approval_decide", "approvals_expire", "approvals_stop", "LEASE_SECONDS", "Recovered", "TurnRecorder", "TurnStart", "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
-    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "lease_lapsed", "leases_renew",
+    "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "feedback_set",
+    "instructions_get", "instructions_set", "message_search", "system_prompt_for", "lease_lapsed", "leases_renew",
     "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
     "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
 ]

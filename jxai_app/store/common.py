@@ -95,6 +95,22 @@ def storable(text: str) -> str:
     return replace_unclean(text)
 
 
+def bounded_text(value: Any, *, what: str, limit: int) -> str:
+    """A user's free text (a feedback comment, custom instructions) as saved: trimmed, NUL
+    and lone surrogates as U+FFFD (:func:`storable`), at most ``limit`` characters.
+
+    Raises:
+        ProblemError: ``invalid-request`` when ``value`` is not a string or is longer than
+            ``limit`` characters once trimmed (``what`` names it in the detail).
+    """
+    if not isinstance(value, str):
+        raise invalid(f"{what} must be text.")
+    text = storable(value.strip())
+    if len(text) > limit:
+        raise invalid(f"{what} may be at most {limit} characters (this is {len(text)}).")
+    return text
+
+
 def title_from(text: str) -> str:
     """A conversation title from a user message: its first non-empty line, at most
     :data:`TITLE_MAX_CHARS` characters (``…`` marks a cut)."""

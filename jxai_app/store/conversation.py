@@ -102,14 +102,14 @@ def _cursor(before: str) -> tuple[datetime, uuid.UUID]:
 def message_list(*, user: Any, conversation_id: uuid.UUID | str) -> tuple[Conversation, list[Message]]:
     """A conversation ``user`` owns with its messages in position order, calls prefetched in
     call order. A running turn's placeholder is included (status ``streaming``, empty: its
-    text lives in the runner until the round ends).
+    text lives in the runner until the round ends). Each message's feedback is selected with it.
 
     Raises:
         ProblemError: ``not-found`` for a missing, malformed or foreign id.
     """
     conversation = conversation_get(user=user, conversation_id=conversation_id)
     messages = with_tool_calls(Message.objects.filter(conversation=conversation).order_by("position"))
-    return conversation, list(messages)
+    return conversation, list(messages.select_related("feedback"))
 
 
 def conversation_rename(*, user: Any, conversation_id: uuid.UUID | str, title: str) -> Conversation:
@@ -153,9 +153,9 @@ def conversation_by_id(conversation_id: uuid.UUID) -> Conversation | None:
 
 
 def message_by_id(message_id: int) -> Message | None:
-    """The message with this id with its calls (in call order), or ``None``; no ownership
+    """The message with this id with its calls (in call order) and feedback, or ``None``; no ownership
     check (see :func:`conversation_by_id`)."""
-    return with_tool_calls(Message.objects.filter(pk=message_id)).first()
+    return with_tool_calls(Message.objects.filter(pk=message_id).select_related("feedback")).first()
 
 
 def database_ping() -> None:

@@ -11,6 +11,8 @@ recorder saves what the loop assembled when the round ends. Writes per turn::
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call
     end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder),
                                1 DELETE of the turn's quota reservation
+    pause                1 UPDATE of the conversation + 1 UPDATE of the calls that wait for approval,
+                         1 DELETE of the turn's quota reservation (a waiting turn holds none)
 
 Every method is sync (call it in a worker thread) and guarded by the turn id: when the rows
 show the turn is no longer this recorder's (Stop handled by another worker, the
@@ -22,12 +24,14 @@ nothing and may be called again with the same arguments.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from django.db import transaction
 from django.utils import timezone
 
-from jxai_app.models import Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.models import (
+    ApprovalState, Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall,
+)
 from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.common import next_position, storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
@@ -54,7 +58,7 @@ class TurnRecorder:
         self.context_window = context_window
         self.message_id: int | None = turn.assistant_message_id
         """The round's assistant message (the placeholder while a round is open)."""
-        self.round_open = True
+        self.round_open = turn.assistant_message_id is not None
         self.lost = False
         """True once the rows showed the turn is no longer this recorder's."""
         self.ended = False
@@ -125,18 +129,19 @@ class TurnRecorder:
             self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
         return True
 
-    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
+    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool, failed: bool = False) -> None:
         """Count a round that saved no message (an error, or Stop) in the user's ledger: its
-        tokens were spent all the same (1 upsert; nothing when ``usage`` is ``None``), and
-        settle its quota reservation (1 UPDATE), in one transaction."""
+        tokens were spent all the same, and a ``failed`` one counts toward the error rate
+        (1 upsert; nothing when ``usage`` is ``None`` and the round did not fail), and settle
+        its quota reservation (1 UPDATE), in one transaction."""
         with transaction.atomic():
-            self._settle(usage, estimated=estimated)
+            self._settle(usage, estimated=estimated, failed=failed)
 
-    def _settle(self, usage: Mapping[str, Any] | None, *, estimated: bool) -> None:
-        """The round's tokens into the ledger and its reservation back to 0 (docs/security.md
-        "Quota reservations"); call it inside a transaction."""
-        if usage:
-            ratelimit.record_usage(self.user, usage, estimated=estimated)
+    def _settle(self, usage: Mapping[str, Any] | None, *, estimated: bool, failed: bool = False) -> None:
+        """The round's tokens into the ledger (its model's row) and its reservation back to 0
+        (docs/security.md "Quota reservations"); call it inside a transaction."""
+        if usage or failed:
+            ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model, failed=failed)
         reservations.release_round(self.turn_id)
 
     def begin_round(self) -> bool:
@@ -195,6 +200,14 @@ class TurnRecorder:
                                       content=storable(content), success=success, now=timezone.now())
 
     # ------------------------------------------------------------------ the turn's end
+    def pause(self, call_ids: Sequence[str]) -> bool:
+        """Pause the turn until its waiting calls are decided (docs/approval.md "The turn
+        pauses"), in one transaction: the calls ``call_ids`` of the round just saved wait for
+        the owner (1 UPDATE), and the conversation is ``awaiting_approval`` with its turn id
+        and lease cleared (nothing renews or recovers it; the token count kept; 1 UPDATE).
+        Nobody can decide a call before the pause is saved. Returns False when lost."""
+        return self._end(status=ConversationStatus.AWAITING_APPROVAL, waiting=call_ids)
+
     def end_turn(self) -> bool:
         """End the turn normally: conversation idle, turn cleared, token count and context
         warning from the last request (1 UPDATE; a round still open is dropped as partial).
@@ -212,7 +225,8 @@ class TurnRecorder:
         rounds kept, status ``idle``, error cleared. Returns False when lost."""
         return self._end(status=ConversationStatus.IDLE)
 
-    def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None) -> bool:
+    def _end(self, *, status: str, error: str = "", problem: Mapping[str, Any] | None = None,
+             waiting: Sequence[str] = ()) -> bool:
         if self.ended:
             return not self.lost
         changes: dict[str, Any] = {
@@ -226,10 +240,15 @@ class TurnRecorder:
             if self.round_open and self.message_id is not None:
                 Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
-            if written:
-                reservations.end_turn(self.turn_id, getattr(self.user, "pk", None))
-            else:
+            if not written:
                 transaction.set_rollback(True)
+            else:  # a paused turn's reservation ends too: its resumed turn reserves afresh
+                reservations.end_turn(self.turn_id, getattr(self.user, "pk", None))
+                if waiting:
+                    ToolCall.objects.filter(message_id=self.message_id,
+                                            call_id__in=[storable(c) for c in waiting]).update(
+                        approval_state=ApprovalState.AWAITING, approver=self.user,
+                        approval_requested_at=timezone.now())
         if not written:
             return self._lose()
         self.ended, self.round_open = True, False

@@ -94,7 +94,8 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     ended = rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes)
     if ended:
         Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING).delete()
-        reservations.forfeit_turn(turn_id)
+        model = Conversation.objects.filter(pk=conversation_id).values_list("model", flat=True).first()
+        reservations.forfeit_turn(turn_id, model=model or "")
     return bool(ended)
 
 

@@ -8,11 +8,13 @@ no framework beyond the models. Shapes::
                    "tokenCount", "contextWindow": int|None, "contextWarning",
                    "lastError": None|{"message", "code", "problem"}, "updatedAt"}
     message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
-                   "toolCalls": [{"id", "name", "arguments", "result", "success"}],
+                   "toolCalls": [{"id", "name", "arguments", "result", "success", "approval"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
-                   "createdAt"}
+                   "createdAt", "feedback": None|{"rating": "up"|"down", "comment"}}
 
-Dates are ISO 8601 strings. ``status`` of a message is ``streaming`` only for a live
+``approval`` is ``None`` for a call that needed none, else ``{"state": "awaiting_approval" |
+"approved" | "denied" | "expired", "decidedBy": username | None, "decidedAt", "reason"}``
+(docs/approval.md). Dates are ISO 8601 strings. ``status`` of a message is ``streaming`` only for a live
 turn's placeholder (content as of its last flush), which appears only in a snapshot taken
 from the database when no runner answered (see :mod:`jxai_app.turns.session`).
 """
@@ -22,7 +24,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable
 
-from jxai_app.models import Conversation, Message, MessageRole
+from jxai_app.models import Conversation, Message, MessageRole, ToolCall
+from jxai_app.store.feedback import feedback_dict, feedback_of
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -74,13 +77,25 @@ def conversation_dict(conversation: Conversation) -> dict[str, Any]:
     }
 
 
+def approval_dict(call: ToolCall) -> dict[str, Any] | None:
+    """A call's approval in protocol shape (module docstring), ``None`` when it needed none.
+    Read the call with ``decided_by`` selected when serialising many."""
+    if not call.approval_state:
+        return None
+    decider = call.decided_by
+    return {"state": call.approval_state, "decidedBy": None if decider is None else decider.get_username(),
+            "decidedAt": _iso(call.decided_at), "reason": call.decision_reason}
+
+
 def message_dict(message: Message) -> dict[str, Any]:
     """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
-    when serialising many (``jxai_app.store.message_list`` does)."""
+    when serialising many, and select ``feedback`` (``jxai_app.store.message_list`` does).
+    ``feedback`` is the owner's on an assistant message (docs/store.md "Feedback"), else ``None``."""
     calls = []
     if message.role == MessageRole.ASSISTANT:
         calls = [
-            {"id": c.call_id, "name": c.name, "arguments": c.arguments, "result": c.result, "success": c.success}
+            {"id": c.call_id, "name": c.name, "arguments": c.arguments, "result": c.result, "success": c.success,
+             "approval": approval_dict(c)}
             for c in sorted(message.tool_calls.all(), key=lambda c: c.position)
         ]
     return {
@@ -94,6 +109,7 @@ def message_dict(message: Message) -> dict[str, Any]:
         "stopReason": message.stop_reason,
         "status": message.status,
         "createdAt": _iso(message.created_at),
+        "feedback": feedback_dict(feedback_of(message)) if message.role == MessageRole.ASSISTANT else None,
     }
 
 

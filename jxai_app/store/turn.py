@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from jxai_app.core.agent import Decision
 from jxai_app.core.problems import problem_error
 from jxai_app.models import (
     Conversation,
@@ -47,12 +49,26 @@ class TurnStart:
     """The new turn's id (``Conversation.turn_id``)."""
     user_message: Message
     """The saved user message."""
-    assistant_message_id: int
-    """Primary key of the assistant placeholder (status ``streaming``)."""
+    assistant_message_id: int | None
+    """Primary key of the assistant placeholder (status ``streaming``); ``None`` for a resumed
+    turn, whose first round opens its own after the decided calls' results."""
     history: list[dict[str, Any]]
-    """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message."""
+    """OpenAI wire messages (:mod:`jxai_app.store.wire`), ending with the user message (a
+    resumed turn: with the paused round and the results it has)."""
     created: bool
     """True when the send created the conversation."""
+    resumed_after: int | None = None
+    """A turn resumed after an approval (docs/approval.md): the last message saved before it
+    (a snapshot shows the saved messages up to it, then the turn's events); ``None`` for a send."""
+    decisions: tuple[Decision, ...] = ()
+    """A resumed turn: the decisions on the paused round's calls, in call order."""
+    prior_calls: Mapping[str, int] = field(default_factory=dict)
+    """A resumed turn: calls the turn ran before it paused, by tool name (the per-turn caps)."""
+
+    @property
+    def anchor_message_id(self) -> int:
+        """The last saved message before the turn's own events (the user message of a send)."""
+        return self.user_message.pk if self.resumed_after is None else self.resumed_after
 
     @property
     def conversation_id(self) -> uuid.UUID:
@@ -65,7 +81,10 @@ class TurnStart:
         return self.conversation.model
 
 
-def _conflict() -> Exception:
+def _conflict(conversation: Conversation | None = None) -> Exception:
+    if conversation is not None and conversation.status == ConversationStatus.AWAITING_APPROVAL:
+        return problem_error("conflict", "A tool call in this conversation waits for your approval; approve or "
+                             "deny it first, or press Stop.", code="approval_pending")
     return problem_error("conflict", "A turn is already running in this conversation; wait for it or press Stop.")
 
 
@@ -114,7 +133,9 @@ def message_send(
             conversation = conversation_create(user=user, model=model or "")
         else:
             conversation = get_owned(user, conversation_id, for_update=True)
-        claimable = ~Q(status=ConversationStatus.STREAMING)
+        claimable = ~Q(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
+        if conversation.status == ConversationStatus.AWAITING_APPROVAL:
+            raise _conflict(conversation)
         if conversation.status == ConversationStatus.STREAMING:
             if not lease_lapsed(conversation, lease=lease):
                 raise _conflict()
@@ -183,8 +204,8 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
         ProblemError: ``not-found``; ``conflict`` while a turn runs.
     """
     conversation = get_owned(user, conversation_id, for_update=True)
-    if conversation.status == ConversationStatus.STREAMING:
-        raise _conflict()
+    if conversation.status in (ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL):
+        raise _conflict(conversation)
     last_user = (Message.objects.filter(conversation=conversation, role=MessageRole.USER)
                  .order_by("-position").first())
     if last_user is None:

@@ -21,11 +21,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from django.db.models import Prefetch
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.feedback import feedback_export
 
 
 def with_tool_calls(messages: Any) -> Any:
     """``messages`` (a Message queryset) with their calls prefetched in call order."""
-    return messages.prefetch_related(Prefetch("tool_calls", queryset=ToolCall.objects.order_by("position")))
+    return messages.prefetch_related(Prefetch("tool_calls",
+                                              queryset=ToolCall.objects.select_related("decided_by").order_by("position")))
 
 
 def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -> dict[str, Any] | None:
@@ -76,9 +78,28 @@ def to_messages(conversation: Conversation) -> list[dict[str, Any]]:
     return messages_to_wire(messages)
 
 
+def approvals_audit(conversation: Conversation) -> list[dict[str, Any]]:
+    """The approval record of every call that needed one (docs/approval.md "Audit"), in
+    transcript order: ``[{"call_id", "name", "state", "approver", "requested_at", "decided_by",
+    "decided_at", "reason"}]`` (users by username; ``decided_by`` ``None`` for an expiry)."""
+    calls = (ToolCall.objects.filter(message__conversation=conversation).exclude(approval_state="")
+             .select_related("approver", "decided_by").order_by("message__position", "position"))
+
+    def name(user: Any) -> str | None:
+        return None if user is None else str(user.get_username())
+
+    def iso(value: Any) -> str | None:
+        return None if value is None else str(value.isoformat())
+
+    return [{"call_id": c.call_id, "name": c.name, "state": c.approval_state, "approver": name(c.approver),
+             "requested_at": iso(c.approval_requested_at), "decided_by": name(c.decided_by),
+             "decided_at": iso(c.decided_at), "reason": c.decision_reason} for c in calls]
+
+
 def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str, Any]]:
     """Export documents for admin: ``[{"id", "title", "owner", "model", "created_at",
-    "updated_at", "messages": <wire list>}]`` in the given order."""
+    "updated_at", "messages": <wire list>, "approvals": <approvals_audit>, "feedback": <the owner's
+    ratings>}]`` in the given order (``feedback``: :func:`jxai_app.store.feedback.feedback_export`)."""
     return [
         {
             "id": str(conversation.pk),
@@ -88,6 +109,8 @@ def conversations_export(conversations: Iterable[Conversation]) -> list[dict[str
             "created_at": conversation.created_at.isoformat(),
             "updated_at": conversation.updated_at.isoformat(),
             "messages": to_messages(conversation),
+            "approvals": approvals_audit(conversation),
+            "feedback": feedback_export(conversation),
         }
         for conversation in conversations
     ]

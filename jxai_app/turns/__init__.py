@@ -2,7 +2,9 @@
 
 Modules::
 
-    control.py   start_turn, cancel_turn, retry_turn, conversation_retitle, conversation_remove
+    control.py   start_turn, cancel_turn, retry_turn, conversation_retitle, conversation_remove,
+                 decide_approval, resume_turn, expire_approvals (docs/approval.md)
+    httpturn.py  POST /ai/chat?conversation=…: a saved conversation's turn as SSE
     runner.py    TurnRunner: one turn as a task (seq numbering, the store's writes, retries)
     delivery.py  frames to sockets: in-process, or through the channel layer to every worker
     replay.py    ReplayLog: a running turn's events, compact, replayed exactly

@@ -18,11 +18,12 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Callable, Protocol
 
 from django.db import transaction
 
-from jxai_app import conf, store
+from jxai_app import conf, mcp_tools, store
 from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
@@ -30,10 +31,11 @@ from jxai_app.core.streaming.events import ErrorEvent
 from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
+from jxai_app.ops import metrics
 from jxai_app.policy import ratelimit, reservations, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
-from jxai_app.store.dbsync import db_request
-from jxai_app.store.serializers import conversation_dict
+from jxai_app.store.dbsync import db_request, db_thread_call
+from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
 from jxai_app.turns.recovery import snapshot_of
@@ -42,7 +44,7 @@ from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
     "Origin", "TurnInfo", "cancel_turn", "client_factory", "conversation_remove", "conversation_retitle",
-    "retry_turn", "start_turn", "tool_view",
+    "decide_approval", "expire_approvals", "resume_turn", "retry_turn", "start_turn", "tool_view",
 ]
 
 logger = logging.getLogger("jxai_app.turns")
@@ -68,34 +70,41 @@ class TurnInfo:
     runner: TurnRunner
 
 
-def tool_view(user: Any, model: ModelConfig) -> Any:
+def tool_view(user: Any, model: ModelConfig, prior_calls: Mapping[str, int] | None = None) -> Any:
     """The tools one turn of ``user`` on ``model`` offers (tools act as the user; docs/security.md).
 
     Sync (reads ``ToolPolicy`` rows and the user's groups): call it in a thread. Built once
-    per turn, since the view counts calls for the per-turn caps.
+    per turn, since the view counts calls for the per-turn caps (``prior_calls``: those a
+    resumed turn ran before it paused).
     """
-    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools)
+    return toolpolicy.tool_view_for(user, conf.get_tool_registry(), model_supports_tools=model.supports_tools,
+                                    prior_calls=prior_calls)
 
 
 def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
+    provider = conf.get_model_registry().resolve(alias).provider
+
     def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
         logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
+        metrics.PROVIDER_RETRIES.labels(provider, str(error.code)).inc()
 
     return on_retry
 
 
-def client_factory(alias: str, *, user: Any, turn_id: uuid.UUID) -> Callable[[], Any]:
+def client_factory(alias: str, *, user: Any, turn_id: uuid.UUID, reserved: bool) -> Callable[[], Any]:
     """Builds model ``alias``'s streaming client for turn ``turn_id`` of ``user``, wrapped in a
     :class:`~jxai_app.core.streaming.retry.RetryingClient` (a 429/5xx before any output is
     retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began), a
     :class:`~jxai_app.core.streaming.masking.MaskingClient` (the configured credentials
     masked in its text, across chunks: docs/security.md "Secret leakage in streamed text")
-    and a :class:`~jxai_app.turns.roundquota.RoundQuota` (each further round reserves its
-    tokens first: docs/security.md "Quota reservations")."""
+    and a :class:`~jxai_app.turns.roundquota.RoundQuota` (each request the send did not
+    reserve reserves its tokens first: docs/security.md "Quota reservations"). ``reserved``:
+    the send reserved the first request (``False`` for a turn resumed after an approval,
+    whose reservation ended at the pause)."""
     policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
     return lambda: RoundQuota(
         MaskingClient(RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias)),
-                      conf.stream_secrets()), user=user, turn_id=turn_id)
+                      conf.stream_secrets()), user=user, turn_id=turn_id, reserved=reserved)
 
 
 def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
@@ -115,16 +124,19 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
 
 
 def _begin(user: Any, conversation_id: Any, text: str, alias: str | None, admit: bool,
-           reservation: int | None) -> tuple[store.TurnStart, Any, ModelConfig]:
-    """The send (one transaction), then the turn's model and tool view."""
+           reservation: int | None) -> tuple[store.TurnStart, Any, ModelConfig, str, list[Any]]:
+    """The send (one transaction; its quota reservation sized for the system prompt with the
+    user's custom instructions, docs/store.md "Custom instructions"), then the turn's model,
+    tool view, that system prompt and the MCP servers' configuration."""
+    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if conversation_id is None else None)
     turn = store.message_send(user=user, conversation_id=conversation_id, text=text,
                               model=None if new_model is None else new_model.alias, admit=admit,
                               lease=conf.get_turn_timing().lease,
-                              prompt_overhead=store.estimate_tokens(conf.get_system_prompt()), reservation=reservation)
+                              prompt_overhead=store.estimate_tokens(prompt), reservation=reservation)
     model = requested or _model(turn.model, fallback=True)
-    return turn, tool_view(user, model), model
+    return turn, tool_view(user, model), model, prompt, mcp_tools.server_configs()
 
 
 def _check_text(text: Any) -> str:
@@ -170,10 +182,20 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     if hub.draining:
         raise problem_error("service-unavailable", "This server is shutting down; send again to reach another one.",
                             retry_after=1)
-    turn, tools, model = await db_request(_begin, user, conversation_id, text, model_alias, admit, reservation)
-    factory = client_factory(model.alias, user=user, turn_id=turn.turn_id)
+    turn, tools, model, prompt, mcp_servers = await db_request(_begin, user, conversation_id, text, model_alias, admit,
+                                                               reservation)
+    if await mcp_tools.apply(mcp_servers):  # an MCP server started, closed or restarted (docs/mcp.md "Sessions")
+        tools = await db_request(tool_view, user, model)
+    return _launch(hub, user, turn, tools, model, prompt, origin, reserved=True)
+
+
+def _launch(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig, prompt: str,
+            origin: Origin | None, *, reserved: bool) -> TurnInfo:
+    """Build the turn's runner and start its task (a send's, or a resumed one's; ``reserved``:
+    the send reserved its first request, :func:`client_factory`)."""
+    factory = client_factory(model.alias, user=user, turn_id=turn.turn_id, reserved=reserved)
     runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=factory,
-                        system_prompt=conf.get_system_prompt(), policy=conf.get_agent_policy(),
+                        system_prompt=prompt, policy=conf.get_agent_policy(),
                         context_window=model.context_window)
     if origin is not None:  # before the task starts, so the socket misses nothing
         origin.adopt(turn.conversation_id, runner.turn_id)
@@ -182,10 +204,112 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
                     conversation=conversation_dict(turn.conversation), runner=runner)
 
 
+def _resume_parts(user: Any, turn: store.TurnStart) -> tuple[Any, ModelConfig, str, list[Any]]:
+    model = _model(turn.model, fallback=True)
+    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
+    return tool_view(user, model, turn.prior_calls), model, prompt, mcp_tools.server_configs()
+
+
+async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None = None,
+                      hub: TurnHub | None = None) -> TurnInfo:
+    """Start the turn an approval decision resumed (docs/approval.md "Resuming") on this worker:
+    its decided calls are answered first (approved ones run as ``user``), then the loop goes on
+    from the saved history with a new lease. Not admitted again: it is the same turn; but its
+    reservation ended at the pause, so its first model request reserves its tokens like any
+    later round (docs/security.md "Quota reservations") and ends the turn ``quota-exceeded``
+    when they no longer fit.
+
+    Args:
+        user: the conversation's owner (the tools act as them).
+        turn: what :func:`jxai_app.store.approval_decide` or ``approvals_expire`` claimed.
+    """
+    hub = hub or get_hub()
+    tools, model, prompt, mcp_servers = await db_request(_resume_parts, user, turn)
+    if await mcp_tools.apply(mcp_servers):  # this worker may not have had the turn's MCP sessions yet
+        tools = await db_request(tool_view, user, model, turn.prior_calls)
+    logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
+    return _launch(hub, user, turn, tools, model, prompt, origin, reserved=False)
+
+
+def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
+    message = store.message_by_id(message_id)
+    if message is None:
+        return None
+    return {"type": "message_saved", "conversationId": str(conversation_id), "message": message_dict(message)}
+
+
+def _decide(user: Any, conversation_id: Any, call_id: str, approved: bool,
+            reason: str) -> tuple[store.Decided, dict[str, Any] | None]:
+    decided = store.approval_decide(user=user, conversation_id=conversation_id, call_id=call_id, approved=approved,
+                                    reason=reason, timeout=conf.approval_timeout())
+    return decided, _message_frame(decided.conversation_id, decided.message_id)
+
+
+async def decide_approval(*, user: Any, conversation_id: uuid.UUID | str, call_id: str, approved: bool,
+                          reason: str = "", origin: Origin | None = None, hub: TurnHub | None = None
+                          ) -> TurnInfo | None:
+    """Approve or deny a waiting tool call (any tab, any worker; docs/approval.md "Deciding"):
+    the decision is saved (the first one wins), every tab of the conversation gets the call's
+    message again (``message_saved``: the card shows the decision), and when it was the
+    round's last waiting call the turn resumes here (``origin`` follows it).
+
+    Returns:
+        The resumed turn, or ``None`` while other calls of the round still wait.
+
+    Raises:
+        ProblemError: ``not-found`` (a foreign or missing conversation or call), ``conflict``
+            (decided already), ``service-unavailable`` (draining, or the database is down).
+    """
+    hub = hub or get_hub()
+    await hub.ensure_started()
+    if hub.draining:
+        raise problem_error("service-unavailable", "This server is shutting down; answer again to reach another one.",
+                            retry_after=1)
+    decided, frame = await db_request(_decide, user, conversation_id, call_id, approved, reason)
+    if frame is not None:
+        hub.notify(decided.conversation_id, frame)
+    if decided.resumed is None:
+        return None
+    return await resume_turn(user=user, turn=decided.resumed, origin=origin, hub=hub)
+
+
+def _expire(timeout: float) -> list[tuple[store.Decided, Any, dict[str, Any] | None]]:
+    return [(d, None if d.resumed is None else d.resumed.conversation.owner,
+             _message_frame(d.conversation_id, d.message_id)) for d in store.approvals_expire(timeout=timeout)]
+
+
+async def expire_approvals(hub: TurnHub) -> int:
+    """Expire the calls that waited longer than ``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resume
+    their turns on this worker (every worker's lease watch calls it once a second; the
+    conditional updates let one worker take each). Returns how many conversations changed.
+
+    Raises:
+        django.db.OperationalError, InterfaceError: the database is unreachable (the watch
+            waits a lease period of answers again before it judges leases).
+    """
+    if hub.draining:  # a resumed turn would have no worker to run on: the next worker's watch takes it
+        return 0
+    changed = await db_thread_call(_expire)(conf.approval_timeout())  # the watch handles an unreachable database
+    for decided, owner, frame in changed:
+        if frame is not None:
+            hub.notify(decided.conversation_id, frame)
+        if decided.resumed is not None:
+            await resume_turn(user=owner, turn=decided.resumed, hub=hub)
+    return len(changed)
+
+
 def _running_turn(user: Any, conversation_id: Any) -> tuple[uuid.UUID, str | None]:
     conversation = get_owned(user, conversation_id)
     running = conversation.turn_id if conversation.status == ConversationStatus.STREAMING else None
     return conversation.pk, None if running is None else str(running)
+
+
+def _stop_paused(user: Any, conversation_id: uuid.UUID) -> dict[str, Any] | None:
+    """Stop a turn paused for approval (docs/approval.md "Stop"); its snapshot, or ``None``
+    when the conversation was not paused."""
+    if not store.approvals_stop(user=user, conversation_id=conversation_id):
+        return None
+    return snapshot_of(conversation_id)
 
 
 def _stop_unowned(user: Any, conversation_id: uuid.UUID) -> dict[str, Any] | None:
@@ -213,6 +337,9 @@ async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnH
     """
     hub = hub or get_hub()
     cid, running = await db_request(_running_turn, user, conversation_id)
+    if running is None and (paused := await db_request(_stop_paused, user, cid)) is not None:
+        _tell_stopped(hub, user, cid, paused)
+        return True
     runner = hub.runner(cid)
     if runner is not None and (running is None or runner.turn_id == running):
         runner.cancel()
@@ -223,9 +350,15 @@ async def cancel_turn(*, user: Any, conversation_id: uuid.UUID | str, hub: TurnH
         return True
     frame = await db_request(_stop_unowned, user, cid)
     if frame is not None:
-        hub.notify(cid, frame)
-        hub.notify(cid, {"type": "conversation", "conversation": frame["conversation"]}, user_pk=user.pk)
+        _tell_stopped(hub, user, cid, frame)
     return True
+
+
+def _tell_stopped(hub: TurnHub, user: Any, conversation_id: uuid.UUID, snapshot: dict[str, Any]) -> None:
+    """A turn ended in the database: its followers get the ``snapshot``, the owner's sockets
+    the ``conversation``."""
+    hub.notify(conversation_id, snapshot)
+    hub.notify(conversation_id, {"type": "conversation", "conversation": snapshot["conversation"]}, user_pk=user.pk)
 
 
 def _retry_begin(user: Any, conversation_id: Any) -> tuple[str, int | None]:

@@ -35,6 +35,7 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Protocol
 
+from jxai_app.ops import metrics
 from jxai_app.turns.framing import MAX_FRAME_BYTES, encode, json_bytes, pieces
 
 __all__ = ["BROADCAST_GROUP", "LAYER_MESSAGE_BYTES", "LayerDelivery", "LocalDelivery", "Socket", "layer_batches",
@@ -117,6 +118,8 @@ class LocalDelivery:
 
     remote = False
     """True when frames also reach other workers."""
+    up = True
+    """True while frames reach every socket they should (in-process: always; ``/readyz``)."""
 
     def __init__(self) -> None:
         self._followers: dict[uuid.UUID, set[Socket]] = {}
@@ -286,6 +289,7 @@ class LayerDelivery(LocalDelivery):
             await self.layer.group_send(BROADCAST_GROUP, {**message, "origin": self.worker_id})
             return True
         except Exception as exc:
+            metrics.LAYER_PUBLISH_FAILURES.inc()
             if self.up:
                 logger.warning("channel layer: cannot publish (%s); other workers miss this worker's frames "
                                "until it is back", exc)

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Awaitable
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app import conf
+from jxai_app import conf, mcp_tools
+from jxai_app.ops import metrics
 from jxai_app.ops.memory import IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, \
     trim_available
 from jxai_app.turns.delivery import LayerDelivery, LocalDelivery
@@ -162,11 +163,13 @@ class TurnHub:
         """A socket of ``user_pk`` opened; ``close(code)`` closes it (the drain's end)."""
         self.delivery.join_user(user_pk, socket)
         self._closers[socket] = close
+        metrics.WEBSOCKETS_OPEN.inc()
 
     def remove_socket(self, socket: Any, user_pk: Any) -> None:
         """The socket closed."""
         self.delivery.leave_user(user_pk, socket)
-        self._closers.pop(socket, None)
+        if self._closers.pop(socket, None) is not None:
+            metrics.WEBSOCKETS_OPEN.dec()
         self.trim_soon()
 
     # ------------------------------------------------------------------ other workers
@@ -245,7 +248,9 @@ class TurnHub:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await mcp_tools.close()  # this loop's MCP sessions (a stdio child ends with its session)
         await self.delivery.stop()
+        metrics.forget_process()
 
     # ------------------------------------------------------------------ memory
     def trim_soon(self) -> None:

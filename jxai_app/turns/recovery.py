@@ -6,7 +6,9 @@ statement (:func:`jxai_app.store.leases_renew`); a runner whose turn is gone sto
 second each worker recovers the turns whose lease lapsed
 (:func:`jxai_app.store.turns_recover`) and publishes each recovered conversation's new state
 to every socket following it, on every worker: an unasked ``snapshot`` (``turn`` null, the
-partial message gone) and a ``conversation`` frame for the owner's other sockets.
+partial message gone) and a ``conversation`` frame for the owner's other sockets. A turn
+paused for approval holds no lease and is never recovered; the same watch expires its calls
+after ``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resumes the turn (docs/approval.md "Expiry").
 
 A worker judges leases only after its own database connection has answered for a whole
 lease period: after an outage every runner renews its lease (and retries its pending
@@ -102,7 +104,10 @@ class LeaseWatch:
                     runner.lease_lost()
 
     async def run(self) -> None:
-        """Look every ``interval`` seconds until cancelled (errors logged, never fatal)."""
+        """Look every ``interval`` seconds until cancelled (errors logged, never fatal): dead
+        turns, then tool calls whose approval expired (docs/approval.md "Expiry")."""
+        from jxai_app.turns.control import expire_approvals  # control imports this module
+
         loop = asyncio.get_running_loop()
         answering_since: float | None = None
         while True:
@@ -112,6 +117,7 @@ class LeaseWatch:
                 if answering_since is None:
                     await db_thread_call(store.database_ping)()
                     answering_since = loop.time()
+                await expire_approvals(self.hub)  # needs no lease judgement: a paused turn holds none
                 if loop.time() - answering_since < lease:
                     continue
                 skip = {r.conversation_id for r in self.hub.runners()}

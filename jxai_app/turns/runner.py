@@ -25,6 +25,12 @@ lease rule, which drops the partial message once the database answers again. Whe
 show the turn is no longer its own (Stop handled in the database, the conversation deleted,
 the turn recovered), the runner sets its own Stop signal and writes nothing more; its
 events still reach the sockets, ending with ``turn_end``.
+
+**Approval.** A turn whose round has calls waiting for the owner's approval ends
+``awaiting_approval``: the pause is saved first (the calls waiting, the conversation paused,
+no lease), then the round's ``message_saved`` (the card), the ``tool_approval_request``
+events and ``turn_end``. A turn resumed after the decision (``TurnStart.decisions``) answers
+them first and opens its own first round (docs/approval.md).
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from django.utils import timezone
 
 from jxai_app import conf, store
 from jxai_app.core.agent import (
-    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent, TurnEndEvent, run_turn,
+    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent, ToolStartEvent,
+    TurnEndEvent, run_turn,
 )
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
@@ -49,6 +56,8 @@ from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent,
 )
 from jxai_app.core.tools import ToolContext
+from jxai_app.ops import metrics
+from jxai_app.ops.observe import TurnObserver
 from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
@@ -120,6 +129,12 @@ class _RoundTally:
         return round_usage(self.reported, produced_chars=self.produced, input_estimate=self.input_estimate,
                            reached=reached_provider(self.terminal))
 
+    def sent(self) -> bool:
+        """Whether the round's request went to the provider: not when jxai refused it itself
+        (``quota-exceeded`` from :class:`~jxai_app.turns.roundquota.RoundQuota`), which is no
+        provider request for the ledger's counts."""
+        return not (isinstance(self.terminal, ErrorEvent) and self.terminal.code == "quota-exceeded")
+
     def grow(self, message: dict[str, Any] | None) -> None:
         if message:
             self.input_estimate += estimate_tokens(message)
@@ -159,8 +174,11 @@ class TurnRunner:
         self._tally = _RoundTally(turn.history, system_prompt)
         self._call_started: dict[str, datetime] = {}
         self._error: ErrorEvent | None = None
+        self._waiting: list[ToolApprovalRequestEvent] = []
+        """The round's calls that wait for approval (docs/approval.md "The turn pauses")."""
         self._timing = conf.get_turn_timing()
         self._saving_told = False
+        self._observer = TurnObserver(model=turn.model, conversation_id=self._cid, turn_id=self.turn_id)
 
     # ------------------------------------------------------------------ control
     def start(self) -> asyncio.Task[None]:
@@ -179,7 +197,7 @@ class TurnRunner:
         """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
         from jxai_app.turns.hub import TurnState
 
-        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.user_message.pk,
+        return TurnState(turn_id=self.turn_id, user_message_id=self.turn.anchor_message_id,
                          last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self.ended)
 
     # ------------------------------------------------------------------ publishing
@@ -189,6 +207,7 @@ class TurnRunner:
     def _event(self, event: dict[str, Any]) -> None:
         seq = self.log.last_seq + 1
         self.log.append(seq, self._message_id, event)
+        self._observer.see(event)
         self._publish({"type": "events", "conversationId": self._cid, "turnId": self.turn_id,
                        "items": [{"seq": seq, "messageId": self._message_id, "event": event}]})
 
@@ -220,6 +239,7 @@ class TurnRunner:
             try:
                 return await db_thread_call(method)(*args, **kwargs)
             except _UNREACHABLE as exc:
+                metrics.STORE_WRITE_RETRIES.inc()
                 if loop.time() + delay > deadline:
                     raise StoreUnavailable(str(exc)) from exc
                 if not self._saving_told:
@@ -249,10 +269,12 @@ class TurnRunner:
 
     # ------------------------------------------------------------------ the turn
     async def _main(self) -> None:
+        self._observer.started()
         try:
             self._publish_conversation(conversation_dict(self.turn.conversation))
-            self._publish({"type": "message_saved", "conversationId": self._cid,
-                           "message": message_dict(self.turn.user_message)})
+            if self.turn.resumed_after is None:  # a resumed turn's messages are all saved already
+                self._publish({"type": "message_saved", "conversationId": self._cid,
+                               "message": message_dict(self.turn.user_message)})
             await self._run()
         except asyncio.CancelledError:
             self.signal.set()
@@ -265,6 +287,7 @@ class TurnRunner:
             self.signal.set()
             await self._abort("error", exc)
         finally:
+            self._observer.close()
             await self.hub.delivery.flush()
             self.hub.unregister(self)
 
@@ -272,7 +295,7 @@ class TurnRunner:
         client = AnswerCap(self._client_factory(), conf.get_limits().max_answer_chars)
         events = run_turn(client=client, tools=self._tools, history=self.turn.history,
                           system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
-                          context_factory=self._context)
+                          context_factory=self._context, decided=self.turn.decisions)
         unyielded = 0
         async with aclosing(events) as stream:
             async for event in stream:
@@ -287,7 +310,7 @@ class TurnRunner:
     async def _apply(self, event: Any) -> None:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
-            if event.round > 1 and not recorder.lost:
+            if (event.round > 1 or not recorder.round_open) and not recorder.lost:  # a resumed turn opens round 1
                 if await self._save(recorder.begin_round):
                     self._message_id = recorder.message_id
                 self._lost()
@@ -296,13 +319,15 @@ class TurnRunner:
         elif isinstance(event, RoundEndEvent):
             self._event(event.to_dict())
             usage, estimated = self._tally.usage()
+            self._observer.round_usage(usage, estimated)
             if event.stop_reason not in ("cancelled", "error") and not recorder.lost:
                 if await self._save(recorder.finish_round, message=event.message, stop_reason=event.stop_reason,
                                     usage=usage, estimated=estimated, call_started=self._call_started):
                     await self._publish_message(self._message_id)
                 self._lost()
             else:
-                await self._save(recorder.record_usage, usage, estimated=estimated)
+                await self._save(recorder.record_usage, usage, estimated=estimated,
+                                 failed=event.stop_reason == "error" and self._tally.sent())
             self._tally.grow(event.message)
         elif isinstance(event, ToolStartEvent):
             self._event(event.to_dict())
@@ -314,6 +339,8 @@ class TurnRunner:
                                          content=event.message.get("content", ""), success=event.success)
                 await self._publish_message(None if reply is None else reply.pk)
                 self._lost()
+        elif isinstance(event, ToolApprovalRequestEvent):  # published once the pause is saved (_end)
+            self._waiting.append(event)
         elif isinstance(event, TurnEndEvent):
             await self._end(event)
         elif isinstance(event, (DoneEvent, ErrorEvent)):
@@ -344,6 +371,9 @@ class TurnRunner:
                 await self._save(recorder.end_turn)
             elif outcome == "cancelled":
                 await self._save(recorder.cancel)
+            elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
+                if await self._save(recorder.pause, [e.call_id for e in self._waiting]):
+                    await self._publish_message(self._message_id)
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id
@@ -354,6 +384,8 @@ class TurnRunner:
             else:  # error, empty
                 text = event.message or "The model request failed."
                 await self._save(recorder.fail, text, self._failure_problem(text))
+        for waiting in self._waiting:  # after the pause is saved: a tab can decide at once
+            self._event(waiting.to_dict())
         wire = event.to_dict()
         wire.pop("appended", None)  # the saved messages travel as message_saved
         self._event(wire)

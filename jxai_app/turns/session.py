@@ -452,6 +452,15 @@ class Session:
         await asyncio.shield(control.retry_turn(user=self.user, conversation_id=conversation_id, origin=self,
                                                 hub=self.hub))
 
+    async def decide(self, conversation_id: str, call_id: str, approved: bool, reason: str) -> None:
+        """``approve`` / ``deny``: decide a waiting tool call (docs/approval.md); every tab gets
+        the call's ``message_saved``, and the resumed turn's frames follow on this socket."""
+        limit = conf.get_limits().max_message_chars
+        if len(reason) > limit:
+            raise ProblemError(problem("payload-too-large", f"The reason is longer than {limit} characters."))
+        await asyncio.shield(control.decide_approval(user=self.user, conversation_id=conversation_id, call_id=call_id,
+                                                     approved=approved, reason=reason, origin=self, hub=self.hub))
+
     async def rename(self, conversation_id: str, title: str) -> None:
         """``rename``: every tab gets a ``conversation`` frame."""
         await control.conversation_retitle(user=self.user, conversation_id=conversation_id, title=title, hub=self.hub)
@@ -468,3 +477,49 @@ class Session:
             ProblemError: ``invalid-request`` for a cursor that is not one.
         """
         self._emit(await db_request(_page, self.user, before))
+
+    # ------------------------------------------------------------------ issue 15: search, feedback, settings
+    async def search(self, query: str) -> None:
+        """``search``: the user's own titles and messages matching ``query``, answered with
+        ``search_results`` (docs/websocket.md "Search, feedback and custom instructions").
+
+        Raises:
+            ProblemError: ``invalid-request`` for a query over the length limit.
+        """
+        limit = conf.get_page_limits().search_results
+        items = await db_request(_search, self.user, query, limit)
+        self._emit({"type": "search_results", "query": query, "items": items})
+
+    async def feedback(self, message_id: int, rating: str | None, comment: str) -> None:
+        """``feedback``: save the user's rating of one of their assistant messages; every tab
+        following its conversation gets a ``feedback`` frame.
+
+        Raises:
+            ProblemError: ``not-found`` (a missing or foreign message), ``invalid-request``.
+        """
+        cid, saved = await db_request(_feedback, self.user, message_id, rating, comment)
+        self.hub.notify(cid, {"type": "feedback", "conversationId": str(cid), "messageId": message_id,
+                              "feedback": saved})
+
+    async def instructions(self, text: str | None) -> None:
+        """``instructions``: save the user's custom instructions (``text`` given) or read them
+        (no ``text``); answered with an ``instructions`` frame.
+
+        Raises:
+            ProblemError: ``invalid-request`` for text over the length limit.
+        """
+        saved = await db_request(_instructions, self.user, text)
+        self._emit({"type": "instructions", "text": saved,
+                    "maxChars": conf.get_page_limits().custom_instructions_max_chars})
+
+
+def _search(user: Any, query: str, limit: int) -> list[dict[str, Any]]:
+    return store.message_search(owner=user, query=query, limit=limit)
+
+
+def _feedback(user: Any, message_id: int, rating: str | None, comment: str) -> tuple[uuid.UUID, Any]:
+    return store.feedback_set(user=user, message_id=message_id, rating=rating, comment=comment)
+
+
+def _instructions(user: Any, text: str | None) -> str:
+    return store.instructions_get(user=user) if text is None else store.instructions_set(user=user, text=text)

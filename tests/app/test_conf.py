@@ -13,10 +13,12 @@ from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.providers import ModelRegistry
 
 
-def test_nothing_set_gives_the_local_model_and_its_calculator_alias() -> None:
+def test_nothing_set_gives_the_local_model_and_its_calculator_and_notes_aliases() -> None:
     data = model_registry_dict_from_env({})
     registry = ModelRegistry.from_dict(data)
-    assert registry.aliases() == ["gemma-3-270m", "gemma-3-270m-calculator"]
+    assert registry.aliases() == ["gemma-3-270m", "gemma-3-270m-calculator", "gemma-3-270m-notes"]
+    assert data["models"]["gemma-3-270m-notes"]["tool_choice"] == {"type": "function",
+                                                                   "function": {"name": "save_note"}}
     assert registry.default_alias == "gemma-3-270m"
     assert data["providers"]["local"]["base_url"] == "http://127.0.0.1:8081/v1"
     assert uses_local_model({})

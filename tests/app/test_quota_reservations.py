@@ -13,6 +13,7 @@ import asyncio
 import json
 import threading
 from datetime import date, datetime, timezone
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -51,8 +52,14 @@ def first_prompt(text: str) -> int:
     return estimate_tokens([{"role": "user", "content": text}])
 
 
-async def ledger() -> UsageLedger | None:
-    return await UsageLedger.objects.filter(day=TODAY).afirst()
+async def ledger() -> SimpleNamespace | None:
+    """Today's ledger summed over its rows (one per model: usage recorded without a model,
+    as the tests seed it, has its own), ``None`` when there are none."""
+    rows = UsageLedger.objects.filter(day=TODAY)
+    if not await rows.aexists():
+        return None
+    fields = ("input_tokens", "output_tokens", "estimated_tokens", "requests")
+    return SimpleNamespace(**await rows.aaggregate(**{name: Sum(name) for name in fields}))
 
 
 async def held() -> int:

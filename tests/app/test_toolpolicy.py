@@ -192,10 +192,11 @@ def test_admin_says_who_may_use_each_tool_by_the_same_rule(
         else "nobody (no policy; JXAI_TOOLS_DEFAULT_ALLOWED is off)",
         "calculate": "nobody (disabled)",
         "search_conversations": "members of operators, and superusers",
+        "save_note": "every user",  # its policy row (requires approval) comes with the migrations
     }
     # What admin says is what each user's turn is offered.
     registry = conf.get_tool_registry()
     offered = {u.username: set(_offered(toolpolicy.tool_view_for(u, registry))) for u in (user, other_user, root)}
-    everyone = {"current_datetime"} if default else set()
+    everyone = ({"current_datetime"} if default else set()) | {"save_note"}
     assert offered == {"alice": everyone, "mallory": everyone | {"search_conversations"},
                        "root": everyone | {"search_conversations"}}

@@ -225,7 +225,8 @@ def test_admin_usage_view_filters_by_user_and_day_with_totals(user: Any, other_u
     everything = client.get(url)
     assert everything.status_code == 200
     assert everything.context["totals"] == {"input_tokens": 631, "output_tokens": 64, "estimated_tokens": 33,
-                                            "requests": 4, "total_tokens": 695}
+                                            "requests": 4, "total_tokens": 695, "failed_requests": 0,
+                                            "cost_usd": 0, "estimated_cost_usd": 0}
     alice = client.get(url, {"user__id__exact": user.pk})
     assert alice.context["totals"]["total_tokens"] == 145
     body = alice.content.decode()

@@ -22,7 +22,8 @@ from jxai_app.models import Conversation
 from tests.app.conftest import production_static
 
 STATIC_SOURCE = Path(__file__).resolve().parents[2] / "jxai_app" / "static" / "jxai_app"
-HOOKS = ("composer", "send", "stop", "new-conversation", "error", "transcript", "model")
+HOOKS = ("composer", "send", "stop", "new-conversation", "error", "transcript", "model", "search",
+         "open-settings", "custom-instructions", "settings-save")
 
 
 class PageParser(HTMLParser):
@@ -112,7 +113,8 @@ def test_the_chat_page_renders_every_hook_and_no_inline_script(logged_in: Client
     srcs = [s.get("src") for s in page.scripts]
     assert srcs.index("/static/jxai_app/vendor/purify.min.js") < srcs.index("/static/jxai_app/chat.js")
     assert page.inline_handlers == [] and page.style_attributes == 0
-    assert page.stylesheets == ["/static/jxai_app/chat.css"]
+    assert page.stylesheets == ["/static/jxai_app/chat.css", "/static/jxai_app/vendor/highlight-github.min.css",
+                                "/static/jxai_app/vendor/highlight-github-dark.min.css"]
 
 
 @pytest.mark.django_db
@@ -248,7 +250,7 @@ def test_static_files_are_served_by_the_app_with_debug_off(user: Any, tmp_path: 
         client.force_login(user)
         page = parse(client.get("/").content.decode())
         urls = [str(s["src"]) for s in page.scripts if s.get("src")] + page.stylesheets
-        assert len(urls) == 4
+        assert len(urls) == 7
         for url in urls:
             assert re.search(r"\.[0-9a-f]{12}\.(js|css)$", url), url   # hashed names, cached forever
             response = client.get(url)
@@ -258,7 +260,8 @@ def test_static_files_are_served_by_the_app_with_debug_off(user: Any, tmp_path: 
             assert body == (STATIC_SOURCE / name).read_bytes()
             assert "max-age=315360000" in response["Cache-Control"]
         # chat.js imports its modules by relative name; the unhashed copies are served too.
-        for module in ("render.js", "socket.js", "transcript.js"):
+        for module in ("render.js", "socket.js", "transcript.js", "code.js", "actions.js", "feedback.js",
+                       "search.js", "settings.js"):
             response = client.get(f"/static/jxai_app/{module}")
             assert response.status_code == 200
             assert response["Content-Type"].startswith("text/javascript")

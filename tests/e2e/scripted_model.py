@@ -8,14 +8,18 @@ The last message decides:
   (``6 * 7``) after a line of text;
 * a user message starting with a tag:
 
+  ``[note]``   one ``save_note`` call whose text is the rest of the message (a tool whose
+               calls wait for the user's approval, docs/approval.md);
   ``[slow]``   300 words, 60 ms apart (about 18 s; for Stop, a second tab, screenshots);
   ``[fail]``   ``503`` until :meth:`ScriptedModel.heal` is called for that exact text;
   ``[xss]``    the answer of :data:`XSS_ANSWER` (the leak URL filled in);
   ``[think]``  reasoning (``reasoning_content``) first, then the answer;
   ``[long]``   :data:`LONG_CHARS` characters of numbered words (:func:`long_words`), in
                4,000-character chunks (larger than any websocket message the server sends);
+  ``[code]``   a sentence and a fenced Python block (:data:`CODE_ANSWER`), for highlighting and Copy;
   ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
                at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
+  ``[tool NAME]`` one streamed call of tool ``NAME`` with no arguments (an MCP tool, say);
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
 Every answer ends with a ``usage`` chunk so the page has a token count to show.
@@ -23,6 +27,7 @@ Every answer ends with a ``usage`` chunk so the page has a token count to show.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -40,6 +45,17 @@ LONG_CHARS = 2_000_000
 def long_words(chars: int = LONG_CHARS) -> str:
     """The ``[long]`` answer: ``w000000 w000001 …`` (8 characters a word), ``chars`` long."""
     return "".join(f"w{i:06d} " for i in range(chars // 8))
+
+CODE_ANSWER = """Here is a function:
+
+```python
+def greet(name):
+    return f"Hello, {name}!"
+```
+
+Call it with `greet("Ada")`."""
+CODE_BLOCK = 'def greet(name):\n    return f"Hello, {name}!"\n'
+"""The block's text as the page's Copy puts it on the clipboard."""
 
 XSS_ANSWER = """Here are some things that must stay inert:
 
@@ -100,6 +116,13 @@ class ScriptedModel:
         if "calculator" in text.lower():
             return Script(writes=openai_tool_call_stream("call_calc_1", "calculate", ['{"expression"', ': "6 * 7"}'],
                                                          text=["Let me work that out."], usage=USAGE), delay=0.05)
+        if text.startswith("[note]"):
+            note = json.dumps({"text": text[len("[note]"):].strip()})
+            return Script(writes=openai_tool_call_stream("call_note_1", "save_note", [note[:10], note[10:]],
+                                                         usage=USAGE), delay=0.02)
+        if text.startswith("[tool ") and "]" in text:
+            name = text[len("[tool "):text.index("]")]
+            return Script(writes=openai_tool_call_stream("call_tool_1", name, ["{}"], usage=USAGE), delay=0.03)
         if text.startswith("[slow]"):
             words = [f"word{i} " for i in range(SLOW_WORDS)]
             return Script(writes=openai_text_stream(words, usage=USAGE), delay=SLOW_DELAY)
@@ -119,6 +142,9 @@ class ScriptedModel:
             answer = long_words()
             return Script(writes=openai_text_stream([answer[i:i + 4000] for i in range(0, len(answer), 4000)],
                                                     usage=USAGE))
+        if text.startswith("[code]"):
+            return Script(writes=openai_text_stream([CODE_ANSWER[i:i + 30] for i in range(0, len(CODE_ANSWER), 30)],
+                                                    usage=USAGE), delay=0.01)
         if text.startswith("[cut]"):
             return Script(writes=openai_text_stream(["This answer stops ", "in the mid"], finish="length",
                                                     usage=USAGE), delay=0.02)

@@ -23,6 +23,16 @@ def login(recorded: BrowserPage, user: Any, next_path: str = "/") -> None:
     wait_connected(recorded)
 
 
+def admin_login(recorded: BrowserPage, username: str, next_path: str) -> None:
+    """Log in through the admin's login form and wait for ``next_path``."""
+    page = recorded.page
+    page.goto(f"/admin/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"**{next_path}")
+
+
 def wait_connected(recorded: BrowserPage) -> None:
     """Wait until the page's websocket is open (``<html data-connection="open">``)."""
     recorded.page.locator("html[data-connection='open']").wait_for(state="attached")

@@ -15,8 +15,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from jxai_app.models import ToolPolicy
-from tests.e2e.conftest import PASSWORD, BrowserPage
-from tests.e2e.steps import assert_clean, screenshot
+from tests.e2e.conftest import PASSWORD
+from tests.e2e.steps import admin_login, assert_clean, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -49,15 +49,6 @@ MEASURE = """() => {
 }"""
 
 
-def _admin_login(tab: BrowserPage, username: str, next_path: str) -> None:
-    page = tab.page
-    page.goto(f"/admin/login/?next={next_path}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"**{next_path}")
-
-
 def test_registered_tools_page_wraps_inside_a_1024_px_window(open_page: Any, live_db: None,
                                                              django_user_model: Any) -> None:
     team = Group.objects.create(name="analysts_" + "a" * 120)     # one unbroken 129-letter name
@@ -66,7 +57,7 @@ def test_registered_tools_page_wraps_inside_a_1024_px_window(open_page: Any, liv
     django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
 
     tab = open_page(viewport={"width": WIDTH, "height": 800})
-    _admin_login(tab, "root", REGISTERED)
+    admin_login(tab, "root", REGISTERED)
     page = tab.page
     page.locator("#registered-tools tbody tr[data-tool]").first.wait_for()
     assert page.locator("#registered-tools tbody tr[data-tool]").count() >= 3
@@ -93,7 +84,7 @@ def test_the_site_icon_answers_on_admin_and_app_pages(open_page: Any, live_db: N
                                                        django_user_model: Any) -> None:
     django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
     tab = open_page(viewport={"width": WIDTH, "height": 800})
-    _admin_login(tab, "root", "/admin/")
+    admin_login(tab, "root", "/admin/")
     page = tab.page
     icon = page.locator("link[rel=icon]")
     assert icon.count() == 1 and icon.get_attribute("type") == "image/svg+xml"
@@ -144,7 +135,7 @@ def test_a_conversation_page_keeps_a_long_transcript_inside_a_1280_px_window(ope
     path = f"/admin/jxai_app/conversation/{conversation.pk}/change/"
 
     tab = open_page(viewport={"width": 1280, "height": 900})
-    _admin_login(tab, "root", path)
+    admin_login(tab, "root", path)
     page = tab.page
     page.locator(".jxai-transcript td.field-content").first.wait_for()
     seen = page.evaluate(TRANSCRIPT)
@@ -154,4 +145,34 @@ def test_a_conversation_page_keeps_a_long_transcript_inside_a_1280_px_window(ope
     assert seen["scrollWidth"] <= seen["clientWidth"], f"the page scrolls sideways: {seen}"
     assert seen["tableRight"] <= seen["clientWidth"] and seen["tableOverflow"] <= 1, seen
     assert seen["squeezed"] == [], seen
+    assert_clean(tab)
+
+
+def test_a_conversation_with_hundreds_of_messages_keeps_a_usable_page(open_page: Any, live_db: None,
+                                                                     django_user_model: Any) -> None:
+    """Issue 15 item 9: every message was on the change page (hundreds made it 6,843 px tall, and
+    a 120-character message took a 298 px row in a 131 px column); now 25 a page, the others a
+    click away, in a wide text column (3,956 px for this page, whatever the message count)."""
+    from jxai_app.models import Conversation, Message
+
+    root = django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    conversation = Conversation.objects.create(owner=root, model="gpt-4o", title="Hundreds")
+    Message.objects.bulk_create([
+        Message(conversation=conversation, position=i, role="user" if i % 2 == 0 else "assistant",
+                content=f"message number {i:03d} " + "and some words " * 8) for i in range(400)])
+    path = f"/admin/jxai_app/conversation/{conversation.pk}/change/"
+    tab = open_page(viewport={"width": 1280, "height": 900})
+    admin_login(tab, "root", path)
+    page = tab.page
+    rows = page.locator(".jxai-transcript tbody tr.has_original")
+    assert rows.count() == 25
+    height = page.evaluate("document.documentElement.scrollHeight")
+    assert height < 4500, f"the change page is {height} px tall"
+    assert page.locator(".jxai-transcript th.column-content").evaluate("th => th.getBoundingClientRect().width") > 300
+    pages = page.get_by_test_id("message-pages")
+    assert "Messages 1–25 of 400" in pages.inner_text()
+    pages.get_by_role("link", name="16", exact=True).click()
+    page.wait_for_url("**?messages_page=16")
+    assert page.locator(".jxai-transcript td.field-position").all_text_contents()[0].strip() == "375"
+    screenshot(tab, "admin-conversation-paged.png")
     assert_clean(tab)

@@ -139,7 +139,7 @@ def test_reload_and_the_list_bring_back_the_saved_conversation(logged_in: Any) -
     page.wait_for_url(f"**/c/{first}")
     page.get_by_text("You said: first question").wait_for()
     assert page.get_by_test_id("message-user").count() == 1
-    assert page.get_by_test_id("message-user").inner_text().endswith("first question")
+    assert page.get_by_test_id("message-user").locator(".message-body").inner_text() == "first question"
     page.go_back()                                                   # history works too
     page.get_by_text("You said: second question").wait_for()
     assert_clean(tab)
@@ -207,11 +207,13 @@ def test_keyboard_only(logged_in: Any) -> None:
     assert page.get_by_test_id("message-user").count() == 0
     composer.press("Enter")
     page.get_by_test_id("message-user").wait_for()
-    assert page.get_by_test_id("message-user").inner_text().endswith("line one\nline two")
+    assert page.get_by_test_id("message-user").locator(".message-body").inner_text() == "line one\nline two"
     wait_idle(tab)
     assert composer.input_value() == ""
     # Tab moves through real controls, and focus is visible.
     page.get_by_test_id("new-conversation").focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.dataset.testid") == "search"   # the search box, then the list
     page.keyboard.press("Tab")
     focused = page.evaluate("document.activeElement.dataset.testid")
     assert focused == "conversation-link"

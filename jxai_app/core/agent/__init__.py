@@ -46,6 +46,10 @@ Rules (each a section of docs/agent.md):
   ``complete``; the wire export keeps it out of later requests ("How a turn ends").
 - A round during which Stop was set is ``cancelled`` even if the provider then says
   ``stop``; a signal already set when the turn starts sends no request at all ("Stop").
+- A call whose tool requires approval (``tools.requires_approval(name)``) does not run: the
+  round's other calls run, then each waiting call yields ``tool_approval_request`` and the
+  turn ends ``awaiting_approval``. A later ``run_turn(decided=…)`` answers them (approved
+  ones run, refused ones get the refusal as a failed result) before its first round ("Approval").
 - Before each request the history is repaired (:mod:`jxai_app.core.repair`), so dangling
   calls are sealed, orphan replies dropped and empty assistants never sent ("History repair").
 
@@ -59,13 +63,14 @@ from __future__ import annotations
 from jxai_app.core.agent.base import AgentPolicy, ChatClient, ContextFactory, Signal, ToolSource
 from jxai_app.core.agent.calls import NOT_RUN
 from jxai_app.core.agent.events import (
-    AgentEvent, LoopEvent, Outcome, RoundEndEvent, RoundStartEvent, ToolResultEvent, ToolStartEvent,
-    TurnEndEvent, TurnUsage,
+    AgentEvent, Decision, LoopEvent, Outcome, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent,
+    ToolResultEvent, ToolStartEvent, TurnEndEvent, TurnUsage,
 )
 from jxai_app.core.agent.loop import EMPTY_REPLY, STOPPED, cap_text, run_turn
 
 __all__ = [
     "EMPTY_REPLY", "NOT_RUN", "STOPPED", "AgentEvent", "AgentPolicy", "ChatClient", "ContextFactory",
-    "LoopEvent", "Outcome", "RoundEndEvent", "RoundStartEvent", "Signal", "ToolResultEvent", "ToolSource",
+    "Decision", "LoopEvent", "Outcome", "RoundEndEvent", "RoundStartEvent", "Signal", "ToolApprovalRequestEvent",
+    "ToolResultEvent", "ToolSource",
     "ToolStartEvent", "TurnEndEvent", "TurnUsage", "cap_text", "run_turn",
 ]

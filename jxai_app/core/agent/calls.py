@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from jxai_app.core.agent.assembly import Call
 from jxai_app.core.agent.base import AgentPolicy, ContextFactory, ToolSource
-from jxai_app.core.agent.events import ToolResultEvent, ToolStartEvent
+from jxai_app.core.agent.events import Decision, ToolResultEvent, ToolStartEvent
 from jxai_app.core.tools.invoke import parse_arguments
 
-__all__ = ["NOT_RUN", "Tally", "over_cap", "run_calls"]
+__all__ = ["NOT_RUN", "Tally", "needs_approval", "over_cap", "run_calls", "run_decided"]
 
 NOT_RUN = "Not run: the turn was stopped before this call started."
 """Error text of a call skipped because Stop arrived first."""
@@ -67,6 +68,21 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
         return _failed(f'Tool "{call.name}" returned a result that cannot be serialized: {exc}')
 
 
+def needs_approval(call: Call, tools: ToolSource | None) -> bool:
+    """Whether ``call`` waits for a person's approval (docs/agent.md "Approval"): its tool is
+    offered and requires approval, and its arguments parse (a call that would fail anyway,
+    or a duplicate, is answered at once). A ``requires_approval`` that raises counts as yes."""
+    ask = getattr(tools, "requires_approval", None)
+    if call.duplicate or ask is None:
+        return False
+    if isinstance(parse_arguments(call.arguments if call.arguments.strip() else "{}", sys.maxsize), str):
+        return False
+    try:
+        return bool(ask(call.name))
+    except Exception:
+        return True
+
+
 def tool_message(call_id: str, result: Mapping[str, Any]) -> dict[str, Any]:
     """The ``tool`` wire message for a result: content is compact JSON, raw UTF-8."""
     content = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
@@ -85,20 +101,23 @@ class Tally:
 
 
 async def run_calls(calls: list[Call], tools: ToolSource | None, context_factory: ContextFactory,
-                    policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally
+                    policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally, *, held: int = 0
                     ) -> AsyncGenerator[ToolStartEvent | ToolResultEvent, None]:
     """Run one round's calls, at most ``tool_concurrency`` at a time; Stop is checked as each
     call acquires its slot (a call not started when Stop arrives gets :data:`NOT_RUN` at once;
     a running one finishes). Calls past ``max_tool_calls_per_round`` never run: each gets the
-    failed result :func:`over_cap` at once. Yields ``tool_start`` as calls start and
-    ``tool_result`` in call order. Closing the iterator early cancels the calls still running."""
+    failed result :func:`over_cap` at once. ``held``: calls of the round left out of ``calls``
+    because they wait for approval, all within the cap (they count toward it; docs/agent.md
+    "Tool calls"). Yields ``tool_start`` as calls start and ``tool_result`` in call order.
+    Closing the iterator early cancels the calls still running."""
     queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
     slots = asyncio.Semaphore(policy.tool_concurrency)
     cap = policy.max_tool_calls_per_round
+    limit = cap - held
 
     async def run(index: int, call: Call) -> None:
-        if index >= cap:
-            queue.put_nowait((index, _failed(over_cap(len(calls), cap))))
+        if index >= limit:
+            queue.put_nowait((index, _failed(over_cap(len(calls) + held, cap))))
             return
         async with slots:
             if stopped():
@@ -134,3 +153,23 @@ async def run_calls(calls: list[Call], tools: ToolSource | None, context_factory
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_decided(decisions: list[Decision], tools: ToolSource | None, context_factory: ContextFactory,
+                      policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally
+                      ) -> AsyncGenerator[ToolStartEvent | ToolResultEvent, None]:
+    """Answer the paused calls of a resumed turn (docs/agent.md "Approval"): each refused one
+    at once with its failed result, then the approved ones run as any round's calls do
+    (:func:`run_calls`: caps, concurrency, Stop)."""
+    for decision in decisions:
+        if not decision.approved:
+            result = _failed(decision.refusal)
+            tally.errors.append((-1, decision.refusal))
+            yield ToolResultEvent(call_id=decision.call_id, name=decision.name, success=False, result=result,
+                                  message=tool_message(decision.call_id, result))
+    approved = [Call(id=d.call_id, name=d.name, streamed_id=d.call_id, parts=[d.arguments])
+                for d in decisions if d.approved]
+    if approved:
+        async with aclosing(run_calls(approved, tools, context_factory, policy, stopped, tally)) as events:
+            async for event in events:
+                yield event

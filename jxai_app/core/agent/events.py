@@ -7,6 +7,7 @@ Frozen keyword-only dataclasses like :mod:`jxai_app.core.streaming.events`, each
     {"type":"round_end","round":1,"stopReason":"tool_calls","message":{assistant wire message}|null}
     {"type":"tool_start","callId":"call_1","name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}
     {"type":"tool_result","callId":"call_1","name":"get_weather","success":true,"result":{…},"message":{tool wire message}}
+    {"type":"tool_approval_request","callId":"call_2","name":"save_note","arguments":"{\"text\":\"…\"}"}
     {"type":"turn_end","outcome":"complete","message":null,"appended":[…],"usage":{…}}
 """
 
@@ -18,12 +19,13 @@ from typing import Any, Literal, TypeAlias
 from jxai_app.core.streaming.events import StreamEvent, UsageEvent
 
 __all__ = [
-    "AgentEvent", "LoopEvent", "Outcome", "RoundEndEvent", "RoundStartEvent", "ToolResultEvent",
-    "ToolStartEvent", "TurnEndEvent", "TurnUsage",
+    "AgentEvent", "Decision", "LoopEvent", "Outcome", "RoundEndEvent", "RoundStartEvent", "ToolApprovalRequestEvent",
+    "ToolResultEvent", "ToolStartEvent", "TurnEndEvent", "TurnUsage",
 ]
 
-Outcome: TypeAlias = Literal["complete", "cancelled", "error", "empty", "cap_partial", "cap_failed"]
-"""How a turn ended."""
+Outcome: TypeAlias = Literal["complete", "cancelled", "error", "empty", "cap_partial", "cap_failed",
+                             "awaiting_approval"]
+"""How a turn ended (``awaiting_approval``: paused until a person decides; docs/agent.md "Approval")."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +93,36 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolApprovalRequestEvent:
+    """A call of the round waits for a person's approval and does not run now (docs/agent.md "Approval")."""
+
+    call_id: str
+    name: str
+    arguments: str
+    """The argument text exactly as the model streamed it (it parses as a JSON object)."""
+    type: Literal["tool_approval_request"] = field(default="tool_approval_request", init=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form ``{"type":"tool_approval_request","callId","name","arguments"}``."""
+        return {"type": self.type, "callId": self.call_id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Decision:
+    """A person's answer to a paused call, handed to :func:`run_turn` to resume the turn.
+
+    ``approved`` runs the call as any other; otherwise the model reads ``refusal`` as the
+    call's failed result (docs/agent.md "Approval")."""
+
+    call_id: str
+    name: str
+    arguments: str
+    approved: bool
+    refusal: str = ""
+    """The error sentence the model reads for a call not approved (denied, expired, stopped)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class TurnUsage:
     """Token totals over the turn's rounds (from each round's ``usage`` event)."""
 
@@ -129,6 +161,7 @@ class TurnEndEvent:
                 "appended": list(self.appended), "usage": self.usage.to_dict()}
 
 
-LoopEvent: TypeAlias = RoundStartEvent | RoundEndEvent | ToolStartEvent | ToolResultEvent | TurnEndEvent
+LoopEvent: TypeAlias = (RoundStartEvent | RoundEndEvent | ToolStartEvent | ToolResultEvent | ToolApprovalRequestEvent
+                        | TurnEndEvent)
 AgentEvent: TypeAlias = StreamEvent | LoopEvent
 """Everything :func:`run_turn` yields."""

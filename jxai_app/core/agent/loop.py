@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from jxai_app.core.agent.assembly import RoundAssembly
 from jxai_app.core.agent.base import AgentPolicy, ChatClient, ContextFactory, Signal, ToolSource
-from jxai_app.core.agent.calls import Tally, run_calls
+from jxai_app.core.agent.calls import NOT_RUN, Tally, needs_approval, run_calls, run_decided, tool_message
 from jxai_app.core.agent.events import (
-    AgentEvent, Outcome, RoundEndEvent, RoundStartEvent, ToolResultEvent, TurnEndEvent, TurnUsage,
+    AgentEvent, Decision, Outcome, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent,
+    TurnEndEvent, TurnUsage,
 )
 from jxai_app.core.problems import problem
 from jxai_app.core.repair import is_empty_assistant, repair_history
@@ -73,7 +74,7 @@ def _internal_error(what: str, exc: BaseException) -> ErrorEvent:
 # -- the loop -------------------------------------------------------------------------------
 async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Sequence[dict[str, Any]],
                    system_prompt: str, policy: AgentPolicy = AgentPolicy(), signal: Signal | None = None,
-                   context_factory: ContextFactory) -> AsyncIterator[AgentEvent]:
+                   context_factory: ContextFactory, decided: Sequence[Decision] = ()) -> AsyncIterator[AgentEvent]:
     """Run one turn of the agent loop (see the module docstring for every rule).
 
     Args:
@@ -84,6 +85,9 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
         policy: budgets and tool concurrency.
         signal: the turn's Stop signal (``asyncio.Event`` or anything with ``is_set()``).
         context_factory: ``(call_id, name) -> ToolContext`` for each call that runs.
+        decided: resuming a paused turn (docs/agent.md "Approval"): the decisions on the calls
+            the history left waiting; they are answered (approved ones run) before the first
+            round, whose request then carries their results.
 
     Yields:
         The client's events as they arrive, plus :data:`LoopEvent` s; the last event is one
@@ -101,6 +105,16 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
         return TurnEndEvent(outcome=outcome, message=message, appended=tuple(appended), usage=TurnUsage(
             input_tokens=usage["input"], output_tokens=usage["output"], rounds=usage["rounds"],
             tool_rounds=usage["tool_rounds"], last=last_usage))
+
+    if decided:
+        tally = Tally()
+        async with aclosing(run_decided(list(decided), tools, context_factory, policy, stopped, tally)) as answers:
+            async for item in answers:
+                if isinstance(item, ToolResultEvent):
+                    appended.append(item.message)
+                yield item
+        done += [text for _, text in sorted(tally.done)]
+        errors += [text for _, text in sorted(tally.errors)]
 
     while True:
         if stopped():
@@ -179,8 +193,12 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
             yield end("complete", None)
             return
 
+        # a call past the round's cap never runs, so it never waits for approval either
+        waiting = [call for call in current.calls[:policy.max_tool_calls_per_round] if needs_approval(call, tools)]
         tally = Tally()
-        async with aclosing(run_calls(current.calls, tools, context_factory, policy, stopped, tally)) as events:
+        runnable = [call for call in current.calls if call not in waiting]
+        async with aclosing(run_calls(runnable, tools, context_factory, policy, stopped, tally,
+                                      held=len(waiting))) as events:
             async for item in events:
                 if isinstance(item, ToolResultEvent):
                     appended.append(item.message)
@@ -190,5 +208,15 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
         if tally.handled:
             usage["tool_rounds"] += 1
         if stopped():  # after the last call: Stop never opens a round (docs/agent.md "Stop")
+            for call in waiting:  # a waiting call never asked is answered like any call not run
+                result = {"success": False, "error": NOT_RUN}
+                message = tool_message(call.id, result)
+                appended.append(message)
+                yield ToolResultEvent(call_id=call.id, name=call.name, success=False, result=result, message=message)
             yield end("cancelled", STOPPED)
+            return
+        if waiting:  # the turn pauses: no request is open, the host saves and waits (docs/agent.md "Approval")
+            for call in waiting:
+                yield ToolApprovalRequestEvent(call_id=call.id, name=call.name, arguments=call.arguments)
+            yield end("awaiting_approval", None)
             return

@@ -30,7 +30,9 @@ from typing import Any, Final, Literal, Mapping, TypeAlias, get_args
 
 from jxai_app.core.errors import InvalidEventError
 
-StopReason: TypeAlias = Literal["stop", "tool_calls", "length", "content_filter", "cancelled"]
+StopReason: TypeAlias = Literal["stop", "tool_calls", "length", "content_filter", "cancelled", "approval_required"]
+"""``approval_required`` ends a jxai ``/ai/chat`` conversation stream whose turn waits for a
+person's approval (docs/api.md "Conversation mode"); providers never send it."""
 STOP_REASONS: Final[frozenset[str]] = frozenset(get_args(StopReason))
 
 

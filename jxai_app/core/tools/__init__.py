@@ -10,7 +10,9 @@ Modules: ``context`` (``ToolContext``), ``definition`` (``ToolDefinition``, ``to
 
 from __future__ import annotations
 
-from jxai_app.core.tools.builtin import calculate, current_datetime, default_registry, make_search_conversations_tool
+from jxai_app.core.tools.builtin import (
+    calculate, current_datetime, default_registry, make_save_note_tool, make_search_conversations_tool,
+)
 from jxai_app.core.tools.context import ToolContext
 from jxai_app.core.tools.definition import ToolDefinition, as_tool_result, tool, tool_error, tool_success
 from jxai_app.core.tools.gate import GatedToolRegistry
@@ -27,6 +29,7 @@ __all__ = [
     "current_datetime",
     "default_registry",
     "llm_listing",
+    "make_save_note_tool",
     "make_search_conversations_tool",
     "tool",
     "tool_error",

@@ -1,4 +1,5 @@
-"""Built-in tools: the current date and time, safe arithmetic, search of one's own conversations.
+"""Built-in tools: the current date and time, safe arithmetic, search of one's own conversations,
+and a note in one's own notes (the tool the approval demonstration uses).
 
 (docs/agent.md "Built-in tools".) ``search_conversations`` takes its search function
 from the Django layer (``make_search_conversations_tool``) and searches only the requesting
@@ -32,6 +33,7 @@ __all__ = [
     "current_datetime",
     "default_registry",
     "evaluate_expression",
+    "make_save_note_tool",
     "make_search_conversations_tool",
 ]
 
@@ -348,18 +350,54 @@ def make_search_conversations_tool(search: SearchFunction) -> ToolDefinition:
     return search_conversations
 
 
-def default_registry(search: SearchFunction | None = None) -> ToolRegistry:
+# --- a note in the requesting user's own notes (the approval demonstration) ---------------
+
+MAX_NOTE_CHARS = 2000
+"""The longest note ``save_note`` writes, in characters."""
+SaveNoteFunction = Callable[[Any, str], Any]
+"""``save(owner, text)`` → the saved note as a JSON-ready dict (async)."""
+
+
+def make_save_note_tool(save: SaveNoteFunction) -> ToolDefinition:
+    """Build ``save_note``, which writes a note to the requesting user's own notes: a tool that
+    changes the user's data, so a deployment's policy makes it wait for the user's approval
+    (docs/approval.md "The demonstration tool"). The owner is always ``context.user``; without
+    an authenticated one the tool refuses.
+
+    Args:
+        save: ``await save(owner, text)`` → ``{"id", "text", "created_at"}``.
+    """
+
+    @tool(name="save_note", timeout=15.0)
+    async def save_note(
+        text: Annotated[str, "The note to keep, in a sentence or two.", {"minLength": 1, "maxLength": MAX_NOTE_CHARS}],
+        context: ToolContext,
+    ) -> dict[str, Any]:
+        """Save a short note to the user's own notes (the user approves each note first)."""
+        owner = context.user
+        if owner is None or not getattr(owner, "is_authenticated", False):
+            return tool_error("save_note needs a logged-in user.")
+        note = await save(owner, text.strip())
+        return tool_success(note, summary=f"saved note {note.get('id')}")
+
+    return save_note
+
+
+def default_registry(search: SearchFunction | None = None, save_note: SaveNoteFunction | None = None) -> ToolRegistry:
     """A registry with the built-in tools.
 
     Args:
         search: the conversation search function; ``search_conversations`` is registered
             only when one is given.
+        save_note: the note store; ``save_note`` is registered only when one is given.
 
     Returns:
         A new ``ToolRegistry`` with ``current_datetime``, ``calculate`` and, given
-        ``search``, ``search_conversations``.
+        ``search``, ``search_conversations``, given ``save_note``, ``save_note``.
     """
     registry = ToolRegistry([current_datetime, calculate])
     if search is not None:
         registry.register(make_search_conversations_tool(search))
+    if save_note is not None:
+        registry.register(make_save_note_tool(save_note))
     return registry

@@ -9,7 +9,7 @@ a failed result, even when the tool exists. A predicate that raises hides the to
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from jxai_app.core.errors import ToolError
 from jxai_app.core.tools.definition import ToolDefinition
@@ -32,6 +32,10 @@ class GatedToolRegistry(ToolView):
         call_caps: tool name → the most calls of that tool this view runs (≥ 0); a call
             over the cap gets a failed result. Every admitted call counts, whatever its
             outcome (bad arguments included).
+        approval: names of the tools whose calls wait for a person's approval (docs/approval.md
+            "Policy"); the loop asks :meth:`requires_approval` before it runs a call.
+        prior_calls: tool name → calls of it the turn already ran before this view was made
+            (a turn resumed after an approval counts its earlier calls against the caps).
 
     Raises:
         ToolError: a cap that is not a non-negative integer.
@@ -43,6 +47,8 @@ class GatedToolRegistry(ToolView):
         predicate: Callable[[ToolDefinition], bool] | None = None,
         *,
         call_caps: Mapping[str, int] | None = None,
+        approval: Collection[str] = (),
+        prior_calls: Mapping[str, int] | None = None,
     ) -> None:
         caps = dict(call_caps or {})
         for name, cap in caps.items():
@@ -51,7 +57,8 @@ class GatedToolRegistry(ToolView):
         self._base = base
         self._predicate = predicate
         self._caps = caps
-        self._calls: dict[str, int] = {}
+        self._calls: dict[str, int] = dict(prior_calls or {})
+        self._approval = frozenset(approval)
 
     @property
     def root(self) -> ToolRegistry:
@@ -83,6 +90,9 @@ class GatedToolRegistry(ToolView):
             return f'Tool "{defn.name}" may be called at most {cap} time{"" if cap == 1 else "s"} per turn; do not call it again'
         self._calls[defn.name] = count + 1
         return None
+
+    def requires_approval(self, name: str) -> bool:
+        return name in self._approval or self._base.requires_approval(name)
 
     def calls(self, name: str) -> int:
         """How many calls of ``name`` this view has admitted so far (refused ones not counted)."""

@@ -13,7 +13,7 @@ import copy
 import logging
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jxai_app.core.errors import ToolError
@@ -73,19 +73,27 @@ class ToolView(ABC):
         """Count a call about to run; return a refusal sentence, or ``None`` to go on."""
         return None
 
+    def requires_approval(self, name: str) -> bool:
+        """Whether a call of ``name`` waits for a person's approval before it runs
+        (docs/approval.md "Policy"); a registry alone requires none."""
+        return False
+
     def gated(
         self,
         predicate: Callable[[ToolDefinition], bool] | None = None,
         *,
         call_caps: Mapping[str, int] | None = None,
+        approval: Collection[str] = (),
+        prior_calls: Mapping[str, int] | None = None,
     ) -> GatedToolRegistry:
-        """A view offering only the tools ``predicate`` accepts, with per-turn call caps.
+        """A view offering only the tools ``predicate`` accepts, with per-turn call caps, the
+        tools whose calls need approval, and the calls the turn already ran.
 
         See ``jxai_app.core.tools.gate.GatedToolRegistry``.
         """
         from jxai_app.core.tools.gate import GatedToolRegistry
 
-        return GatedToolRegistry(self, predicate, call_caps=call_caps)
+        return GatedToolRegistry(self, predicate, call_caps=call_caps, approval=approval, prior_calls=prior_calls)
 
     def list_for_llm(self) -> builtins.list[dict[str, Any]]:
         """The offered tools in OpenAI function-calling shape (see ``llm_listing``)."""
@@ -209,6 +217,11 @@ class ToolRegistry(ToolView):
             logger.warning("tool %s registered again; replacing the earlier definition", defn.name)
         self._tools[defn.name] = defn
         return defn
+
+    def unregister(self, name: str) -> ToolDefinition | None:
+        """Remove tool ``name`` (a source whose tools change at run time: MCP servers,
+        docs/mcp.md "Sessions"); returns the removed definition, or ``None`` when absent."""
+        return self._tools.pop(name, None)
 
     def list(self) -> list[ToolDefinition]:
         return list(self._tools.values())

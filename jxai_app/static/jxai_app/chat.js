@@ -7,8 +7,12 @@
 // server through json_script (#jxai-initial); there is no inline script (CSP).
 
 import { ConversationList } from "./conversations.js";
+import { FeedbackControls, showFeedback } from "./feedback.js";
 import { Header } from "./header.js";
+import { SearchBox, messageFromHash } from "./search.js";
+import { SettingsDialog } from "./settings.js";
 import { Connection, TurnSequencer } from "./socket.js";
+import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
@@ -22,6 +26,10 @@ const ui = {
   dismiss: $("dismiss-error"), transcript: $("transcript"), empty: $("empty-state"), form: $("composer-form"),
   composer: $("composer"), send: $("send"), stop: $("stop"), model: $("model"), tokens: $("tokens"),
   warning: $("context-warning"), status: $("sr-status"),
+  search: $("search"), searchResults: $("search-results"), nav: $("conversation-nav"),
+  settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
+    text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
+    cancel: $("settings-cancel"), save: $("settings-save") },
 };
 
 const state = {
@@ -32,11 +40,13 @@ const state = {
   stopping: false,
   turnPending: false,         // sent, and no event of the new turn seen yet
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
+  reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
 };
 
 const transcript = new Transcript(ui.transcript, ui.empty, {
   onTurnError: (message) => showError(message, { retry: true }),
   onTurnEnd: (event) => turnEnded(event),
+  onDecide: (callId, approved, reason) => decide(callId, approved, reason),
 });
 
 const sequencer = new TurnSequencer({
@@ -54,6 +64,28 @@ const conversations = new ConversationList(ui.list, ui.loadMore, {
   },
 });
 
+const search = new SearchBox({ input: ui.search, results: ui.searchResults, nav: ui.nav }, {
+  request: (frame) => connection.send(frame),
+  onPick: (conversationId, messageId) => {
+    state.reveal = messageId;
+    if (conversationId === state.currentId) revealMessage();
+    else openConversation(conversationId, { push: true });
+    if (messageId !== null) history.replaceState({ conversationId }, "", `/c/${conversationId}#message-${messageId}`);
+    closeSidebar();
+  },
+});
+
+const settings = new SettingsDialog(ui.settings, {
+  request: (frame) => connection.send(frame),
+  maxChars: initial.customInstructionsMaxChars,
+  announce: (text) => announce(text),
+});
+
+new FeedbackControls(ui.transcript, {
+  request: (frame) => connection.send(frame),
+  maxChars: initial.feedbackCommentMaxChars,
+});
+
 const header = new Header(ui, {
   models: initial.models,
   defaultModel: initial.defaultModel,
@@ -64,6 +96,7 @@ const header = new Header(ui, {
 const connection = new Connection(initial.wsPath, {
   onOpen: () => {
     conversations.connected();
+    search.ask();
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
   },
   onFrame: (frame) => handleFrame(frame),
@@ -114,6 +147,18 @@ function handleFrame(frame) {
     case "error":
       handleErrorFrame(frame);
       break;
+    case "search_results":
+      search.apply(frame);
+      break;
+    case "feedback":
+      if (frame.conversationId === state.currentId) {
+        const node = transcript.find(frame.messageId);
+        if (node) showFeedback(node, frame.feedback, true);
+      }
+      break;
+    case "instructions":
+      settings.apply(frame);
+      break;
     default:
       break; // unknown frame types are ignored (forward compatibility)
   }
@@ -153,6 +198,18 @@ function applySnapshot(frame) {
     showError(conversation.lastError.message || "The last answer failed.", { retry: true });
   }
   transcript.scrollToEnd(true);
+  revealMessage();
+}
+
+/** Scroll to the message a search result (or the address's `#message-<id>`) named, and mark it. */
+function revealMessage() {
+  if (state.reveal === null) return;
+  const node = transcript.find(state.reveal);
+  state.reveal = null;
+  if (!node) return;
+  for (const other of ui.transcript.querySelectorAll(":scope > .message.found")) other.classList.remove("found");
+  node.classList.add("found");
+  node.scrollIntoView({ block: "center" });
 }
 
 /** The turn is over (its `turn_end` was applied to the transcript). */
@@ -161,7 +218,8 @@ function turnEnded(event) {
   if (outcome === "error" && ui.error.hidden) showError(event.message || "The model failed to answer.", { retry: true });
   sequencer.finish();
   setStreaming(false);
-  announce(outcome === "complete" || outcome === "cap_partial" ? "Answer complete." : event.message || "");
+  if (outcome === "awaiting_approval") announce("A tool call waits for your approval.");
+  else announce(outcome === "complete" || outcome === "cap_partial" ? "Answer complete." : event.message || "");
 }
 
 function announce(text) {
@@ -209,7 +267,7 @@ function setStreaming(on) {
     state.stopping = false;
     state.turnPending = false;
   }
-  ui.stop.hidden = !on;
+  ui.stop.hidden = !on && currentStatus() !== "awaiting_approval"; // Stop also ends a paused turn
   ui.stop.disabled = state.stopping;
   ui.stop.textContent = state.stopping ? "Stopping…" : "Stop";
   ui.send.hidden = on;
@@ -237,10 +295,21 @@ function sendMessage() {
 }
 
 function stopTurn() {
-  if (!state.streaming || !state.currentId) return;
+  if ((!state.streaming && currentStatus() !== "awaiting_approval") || !state.currentId) return;
   state.stopping = true;
   setStreaming(true);
   connection.send({ type: "cancel", conversationId: state.currentId });
+}
+
+/** Approve or deny a waiting tool call (docs/websocket.md `approve` / `deny`). */
+function decide(callId, approved, reason) {
+  const frame = { type: approved ? "approve" : "deny", conversationId: state.currentId, callId };
+  if (reason) frame.reason = reason;
+  if (!connection.send(frame)) {
+    showError("Not connected to the server; answer again in a moment.", { retry: false });
+    const card = transcript.findCard(callId);
+    if (card) reopenCardApproval(card);
+  }
 }
 
 function retryTurn() {
@@ -258,6 +327,10 @@ function retryTurn() {
 function handleErrorFrame(frame) {
   const problem = frame.problem || {};
   const text = problem.detail || frame.message || problem.title || "The server refused that.";
+  if (frame.request === "instructions") {
+    settings.failed(text);  // shown in the dialog, where the text still is
+    return;
+  }
   if (frame.request === "send") {
     // Nothing is lost: the refused text goes back into the composer.
     const text = transcript.takeBackPending();
@@ -271,6 +344,8 @@ function handleErrorFrame(frame) {
     state.turnPending = false;
     setStreaming(false);
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
+  } else if ((frame.request === "approve" || frame.request === "deny") && state.currentId) {
+    connection.send({ type: "subscribe", conversationId: state.currentId }); // e.g. decided in another tab
   } else if (frame.request === "subscribe" && frame.conversationId === state.currentId) {
     startNewChat();
   } else if (frame.request === "list") {

@@ -5,7 +5,8 @@
 // id), carrying `next` only when another page follows; `list` with `before: next` asks for
 // that page. `conversation` and `conversation_deleted` frames keep the list current between
 // pages: an update or a new conversation moves to the top, a deletion drops the row, and the
-// pages loaded so far stay.
+// pages loaded so far stay. Rows are grouped by the day they were last updated, in the
+// reader's time zone: Today, Yesterday, Previous 7 days, then one group per month (issue 15).
 
 import { el } from "./render.js";
 
@@ -21,6 +22,21 @@ function stamp(updatedAt) {
 /** The server's order: most recently updated first, ties by id (descending). */
 function newestFirst(a, b) {
   return stamp(b.updatedAt) - stamp(a.updatedAt) || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+}
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const MONTH = new Intl.DateTimeFormat(undefined, { month: "long", year: "numeric" });
+
+/** The date group of a conversation updated at `updatedAt` (ISO 8601), seen at `now`. */
+export function dateGroup(updatedAt, now = new Date()) {
+  const when = new Date(stamp(updatedAt) / 1000);
+  const midnight = new Date(now.getFullYear(), now.getMonth(), now.getDate()).getTime();
+  const day = new Date(when.getFullYear(), when.getMonth(), when.getDate()).getTime();
+  const daysAgo = Math.round((midnight - day) / DAY_MS);  // DST days are 23 or 25 hours long
+  if (daysAgo <= 0) return "Today";
+  if (daysAgo === 1) return "Yesterday";
+  if (daysAgo <= 7) return "Previous 7 days";
+  return MONTH.format(when);
 }
 
 /**
@@ -136,22 +152,36 @@ export class ConversationList {
 
   render() {
     const currentId = this.current();
-    const rows = [...this.items.values()].sort(newestFirst).map((conversation) => {
-      const link = el("a", "conversation-link", null, "conversation-link");
-      link.href = `/c/${conversation.id}`;
-      link.dataset.conversationId = conversation.id;
-      link.append(el("span", "conversation-link-title", conversation.title || "Untitled"));
-      if (conversation.status === "streaming") link.append(el("span", "badge", "answering"));
-      if (conversation.id === currentId) link.setAttribute("aria-current", "page");
-      const li = el("li");
-      li.append(link);
-      return li;
-    });
-    this.list.replaceChildren(...rows);
+    const now = new Date();
+    const groups = new Map(); // label -> <ul> of its rows, newest group first
+    for (const conversation of [...this.items.values()].sort(newestFirst)) {
+      const label = dateGroup(conversation.updatedAt, now);
+      if (!groups.has(label)) groups.set(label, el("ul", "conversation-group"));
+      groups.get(label).append(this.row(conversation, currentId));
+    }
+    this.list.replaceChildren(...[...groups].map(([label, rows]) => {
+      const group = el("li", "date-group");
+      group.append(el("h2", "date-group-title", label, "date-group"), rows);
+      return group;
+    }));
     const loading = this.pending.some((cursor) => cursor !== null);
     this.moreButton.hidden = !this.next;
     // aria-disabled, not disabled: a disabled button drops keyboard focus (see applyPage).
     this.moreButton.setAttribute("aria-disabled", String(loading));
     this.moreButton.textContent = loading ? "Loading…" : "Load more";
+  }
+
+  /** One conversation's row: a link to it. */
+  row(conversation, currentId) {
+    const link = el("a", "conversation-link", null, "conversation-link");
+    link.href = `/c/${conversation.id}`;
+    link.dataset.conversationId = conversation.id;
+    link.append(el("span", "conversation-link-title", conversation.title || "Untitled"));
+    if (conversation.status === "streaming") link.append(el("span", "badge", "answering"));
+    else if (conversation.status === "awaiting_approval") link.append(el("span", "badge", "needs your approval"));
+    if (conversation.id === currentId) link.setAttribute("aria-current", "page");
+    const li = el("li");
+    li.append(link);
+    return li;
   }
 }

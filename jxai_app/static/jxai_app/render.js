@@ -12,6 +12,10 @@
 
 /* global marked, DOMPurify */
 
+import { messageActions } from "./actions.js";
+import { enhanceCode, rememberSource } from "./code.js";
+import { showFeedback } from "./feedback.js";
+
 const purifier = DOMPurify(window);
 
 const SANITISE_CONFIG = Object.freeze({
@@ -70,13 +74,16 @@ purifier.addHook("afterSanitizeAttributes", (node) => {
 });
 
 /**
- * Render model Markdown into `target`, replacing what it held.
+ * Render model Markdown into `target`, replacing what it held; code blocks are then
+ * highlighted and get a Copy button (code.js), on the sanitised DOM.
  * @param {Element} target
  * @param {string} text Markdown from the model (untrusted).
  */
 export function renderMarkdown(target, text) {
   const html = marked.parse(text || "", { gfm: true, breaks: false, async: false });
   target.replaceChildren(purifier.sanitize(html, SANITISE_CONFIG));
+  rememberSource(target, text);
+  enhanceCode(target);
 }
 
 /** A new element with a class list, optional text and optional data-testid. */
@@ -108,7 +115,8 @@ export function prettyJson(value) {
 export function userMessage(message) {
   const node = el("article", "message user", null, "message-user");
   if (message.id != null) node.dataset.messageId = String(message.id);
-  node.append(el("h2", "visually-hidden", "You said:"), el("div", "message-body", message.content || ""));
+  node.append(el("h2", "visually-hidden", "You said:"), el("div", "message-body", message.content || ""),
+    messageActions("user"));
   return node;
 }
 
@@ -128,6 +136,7 @@ export function assistantMessage(id) {
     el("div", "message-body markdown"),
     el("div", "tool-calls"),
     el("p", "message-note"),
+    messageActions("assistant"),
   );
   node.querySelector(".message-note").hidden = true;
   return node;
@@ -166,6 +175,8 @@ const CARD_STATES = {
   running: "running…",
   success: "succeeded",
   failure: "failed",
+  approval: "waiting for your approval",
+  approved: "approved, running…",
 };
 
 /** A tool call card: name, arguments, result, state. */
@@ -222,8 +233,53 @@ export function setCardResult(card, result, success) {
   setCardState(card, success === false ? "failure" : "success");
 }
 
-/** Fill an assistant element from a saved `message` object (ws-protocol.md). */
-export function fillAssistant(node, message) {
+/**
+ * A call that waits for the user's approval (docs/approval.md): the card shows its arguments
+ * unfolded, an optional reason and the Approve / Deny buttons, which call
+ * `onDecide(callId, approved, reason)`. Any other `approval` (decided, or none) removes the box:
+ * the card is an ordinary tool card again; a decision shows who decided until the result comes.
+ * @param {{state: string, decidedBy: ?string, reason: string}|null} approval
+ */
+export function setCardApproval(card, approval, onDecide) {
+  let box = card.querySelector(":scope > .tool-approval");
+  const waiting = approval && approval.state === "awaiting_approval";
+  if (!waiting) {
+    if (box) box.remove();
+    if (approval && approval.state === "approved" && card.dataset.state === "approval") setCardState(card, "approved");
+    return;
+  }
+  card.querySelector(".tool-args").open = true;
+  if (card.dataset.state !== "approval") setCardState(card, "approval");
+  if (box) return;
+  box = el("form", "tool-approval", null, "approval-card");
+  const reason = el("input", "tool-approval-reason", null, "approval-reason");
+  reason.type = "text";
+  reason.placeholder = "Reason (optional, sent with a denial)";
+  reason.setAttribute("aria-label", "Reason for your decision");
+  const approve = el("button", "button primary", "Approve", "approve");
+  approve.type = "submit";
+  const deny = el("button", "button danger", "Deny", "deny");
+  deny.type = "button";
+  const decide = (approved) => {
+    approve.disabled = deny.disabled = true;
+    onDecide(card.dataset.callId, approved, reason.value.trim());
+  };
+  box.addEventListener("submit", (event) => {
+    event.preventDefault();
+    decide(true);
+  });
+  deny.addEventListener("click", () => decide(false));
+  box.append(el("p", "tool-approval-text", "This tool needs your approval before it runs."), reason, approve, deny);
+  card.append(box);
+}
+
+/** Enable a card's Approve / Deny again (the decision was refused, e.g. not connected). */
+export function reopenCardApproval(card) {
+  for (const button of card.querySelectorAll(":scope > .tool-approval button")) button.disabled = false;
+}
+
+/** Fill an assistant element from a saved `message` object (ws-protocol.md); `onDecide` answers approval cards. */
+export function fillAssistant(node, message, onDecide) {
   const { body, calls } = partsOf(node);
   setReasoning(node, message.reasoning || "", false);
   renderMarkdown(body, message.content || "");
@@ -236,9 +292,11 @@ export function fillAssistant(node, message) {
     }
     setCardName(card, call.name);
     setCardArguments(card, call.arguments || "", true);
+    setCardApproval(card, call.approval, onDecide);
     if (call.result !== null && call.result !== undefined) setCardResult(card, call.result, call.success);
     else if (card.dataset.state === "streaming") setCardState(card, "pending");
   }
+  showFeedback(node, message.feedback || null);
   const reasons = { length: "The answer was cut off (length limit).", content_filter: "The provider filtered this answer." };
   if (reasons[message.stopReason]) setNote(node, reasons[message.stopReason], "warning");
 }

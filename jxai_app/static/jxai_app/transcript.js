@@ -8,8 +8,8 @@
 // the events, which hold everything from the turn's start.
 
 import {
-  assistantMessage, fillAssistant, partsOf, renderMarkdown, setCardArguments, setCardName, setCardResult,
-  setCardState, setNote, setReasoning, toolCard, userMessage,
+  assistantMessage, fillAssistant, partsOf, renderMarkdown, setCardApproval, setCardArguments, setCardName,
+  setCardResult, setCardState, setNote, setReasoning, toolCard, userMessage,
 } from "./render.js";
 
 export const STOPPED_NOTE = "Stopped. This partial answer was not saved.";
@@ -25,7 +25,8 @@ export class Transcript {
   /**
    * @param {Element} root the transcript element (messages are its direct children)
    * @param {Element} emptyState shown while there is no message
-   * @param {{onTurnError: function(string), onTurnEnd: function(object)}} hooks
+   * @param {{onTurnError: function(string), onTurnEnd: function(object),
+   *          onDecide: function(string, boolean, string)}} hooks (onDecide answers an approval card)
    */
   constructor(root, emptyState, hooks) {
     this.root = root;
@@ -63,7 +64,7 @@ export class Transcript {
     } else if (message.role === "assistant") {
       const live = this.live.get(String(message.id));
       const node = live ? live.node : this.find(message.id) || assistantMessage(message.id);
-      fillAssistant(node, message);
+      fillAssistant(node, message, this.hooks.onDecide);
       if (message.status === "streaming") node.classList.add("streaming");
       this.place(node);
       this.hideIfEmpty(node);
@@ -180,7 +181,15 @@ export class Transcript {
       }
       case "tool_result": {
         const card = this.findCard(event.callId);
-        if (card) setCardResult(card, event.result, event.success);
+        if (card) {
+          setCardApproval(card, null, this.hooks.onDecide);
+          setCardResult(card, event.result, event.success);
+        }
+        break;
+      }
+      case "tool_approval_request": {
+        const card = this.findCard(event.callId);
+        if (card) setCardApproval(card, { state: "awaiting_approval" }, this.hooks.onDecide);
         break;
       }
       case "done":
@@ -258,7 +267,7 @@ export class Transcript {
       live.node.removeAttribute("aria-busy");
       if (live.reasoning) setReasoning(live.node, live.reasoning, false);
       for (const card of live.cards.values()) {
-        if (card.dataset.state !== "success" && card.dataset.state !== "failure") setCardState(card, "failure");
+        if (!["success", "failure", "approval"].includes(card.dataset.state)) setCardState(card, "failure");
       }
       this.hideIfEmpty(live.node);
     }

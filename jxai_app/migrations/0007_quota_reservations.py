@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jxai_app', '0002_usage_ledger_and_policy_rules'),
+        ('jxai_app', '0006_mcp_servers'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

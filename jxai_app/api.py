@@ -65,8 +65,10 @@ def _method_not_allowed(*allowed: str) -> HttpResponse:
                             headers={"Allow": ", ".join(allowed)})
 
 
-async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gateway.SelectedUpstream]:
-    """Run the checks in order (module :mod:`jxai_app.core.gateway`); raise the first refusal."""
+async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gateway.SelectedUpstream, int | None]:
+    """Run the checks in order (module :mod:`jxai_app.core.gateway`); raise the first refusal.
+    Returns the user, the request, its upstream and its quota reservation (docs/security.md
+    "Quota reservations")."""
     principal = await authn.authenticate(request)
     caller = await gateway.resolve_upstream(
         base_url=request.headers.get("X-Api-Base-URL"), provider_key=request.headers.get("X-Provider-Api-Key"),
@@ -77,16 +79,18 @@ async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gatew
                                               max_message_chars=limits.max_message_chars)
     upstream = gateway.select_client(chat_request, caller, registry=conf.get_model_registry(),
                                      timeouts=conf.get_client_timeouts(),
-                                     retry=RetryPolicy(retries=max(0, limits.upstream_retries)))
+                                     retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
+                                     secrets=conf.stream_secrets())
     try:
-        await ratelimit.acheck_turn_allowed(principal.user)
+        reservation = await ratelimit.acheck_turn_allowed(principal.user,
+                                                          prompt_tokens=gateway.prompt_estimate(chat_request))
     except BaseException:
         await upstream.aclose()
         raise
     logger.info("ai/chat accepted: user=%s via=%s model=%s messages=%d bytes=%d caller_provider=%s",
                 principal.user.pk, principal.via, upstream.model, chat_request.message_count, chat_request.bytes,
                 caller is not None)
-    return principal.user, chat_request, upstream
+    return principal.user, chat_request, upstream, reservation
 
 
 @csrf_exempt  # CSRF is enforced by authn for session-authenticated requests only
@@ -102,7 +106,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
     if conversation is not None:
         return await _conversation_chat(request, conversation)
     try:
-        user, chat_request, upstream = await _accept(request)
+        user, chat_request, upstream, reservation = await _accept(request)
     except ProblemError as refusal:
         return problem_response(refusal.problem)
     except ConfigurationError:
@@ -113,7 +117,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
         observe.api_request_ended(upstream.model, outcome.usage, outcome.terminal)
         try:
             await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, model=upstream.model,
-                                          failed=outcome.terminal == "error")
+                                          failed=outcome.terminal == "error", reservation=reservation)
         except Exception:  # the answer is already out; losing a count must not raise here
             logger.exception("ai/chat: recording usage failed")
 

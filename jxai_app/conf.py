@@ -33,6 +33,7 @@ from django.conf import settings
 
 from jxai_app.core.agent import AgentPolicy
 from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.logsafety import environment_secrets
 from jxai_app.core.mcp.config import McpServerConfig
 from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
@@ -160,13 +161,22 @@ def build_client(alias: str | None, *, transport: Any = None) -> Any:
 
 
 def get_agent_policy() -> AgentPolicy:
-    """Budgets of one turn (docs/agent.md "Budgets"): ``JXAI_MAX_TOOL_ROUNDS``, ``JXAI_MAX_ROUNDS``,
-    ``JXAI_TOOL_CONCURRENCY``."""
+    """Budgets of one turn (docs/agent.md "Budgets", "Tool calls"): ``JXAI_MAX_TOOL_ROUNDS``,
+    ``JXAI_MAX_ROUNDS``, ``JXAI_TOOL_CONCURRENCY``, ``JXAI_MAX_TOOL_CALLS_PER_ROUND``."""
     return AgentPolicy(
         max_tool_rounds=settings.JXAI_MAX_TOOL_ROUNDS,
         max_rounds=settings.JXAI_MAX_ROUNDS,
         tool_concurrency=settings.JXAI_TOOL_CONCURRENCY,
+        max_tool_calls_per_round=settings.JXAI_MAX_TOOL_CALLS_PER_ROUND,
     )
+
+
+def stream_secrets() -> tuple[str, ...]:
+    """The configured credentials no streamed answer may show (docs/security.md "Secret
+    leakage in streamed text"): every provider key of the model registry, and every
+    environment variable the log filter treats as a secret (``…_KEY``, ``…_TOKEN``,
+    ``…_SECRET``, ``…_PASSWORD``)."""
+    return tuple(dict.fromkeys((*get_model_registry().provider_keys(), *environment_secrets())))
 
 
 def get_system_prompt() -> str:
@@ -306,6 +316,10 @@ class Limits:
     upstream_retries: int
     max_answer_chars: int
     """Characters of text and reasoning one turn may stream (``JXAI_MAX_ANSWER_CHARS``)."""
+    max_sockets_per_user: int
+    """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
+    reserve_output_tokens: int
+    """Tokens each model request reserves for its answer (``JXAI_RESERVE_OUTPUT_TOKENS``)."""
 
 
 def get_limits() -> Limits:
@@ -320,6 +334,8 @@ def get_limits() -> Limits:
         conversations_page_size=settings.JXAI_CONVERSATIONS_PAGE_SIZE,
         upstream_retries=settings.JXAI_UPSTREAM_RETRIES,
         max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
+        max_sockets_per_user=settings.JXAI_MAX_SOCKETS_PER_USER,
+        reserve_output_tokens=max(0, int(settings.JXAI_RESERVE_OUTPUT_TOKENS)),
     )
 
 

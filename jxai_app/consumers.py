@@ -7,6 +7,8 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
 
 - Anonymous connections are accepted and closed at once with code **4401**. A foreign
   ``Origin`` is refused at the handshake by ``SameOriginValidator`` (``project/asgi.py``).
+- A user who already holds ``JXAI_MAX_SOCKETS_PER_USER`` sockets on this worker gets one
+  ``error`` frame (``rate-limited``) and the close code **4429** (docs/websocket.md "Limits").
 - An open socket re-checks its login every ``JXAI_WS_SESSION_CHECK_SECONDS`` (default 30):
   when the session was logged out or flushed, or the user was deactivated or deleted, it
   closes with **4401** (docs/security.md, threat 10).
@@ -45,7 +47,7 @@ from jxai_app.turns import TurnHub, cancel_turn, get_hub
 from jxai_app.turns.session import Session, SocketGone, error_frame
 from jxai_app.web.login import still_signed_in
 
-__all__ = ["ChatConsumer", "UNAUTHENTICATED_CLOSE_CODE"]
+__all__ = ["ChatConsumer", "TOO_MANY_SOCKETS_CLOSE_CODE", "UNAUTHENTICATED_CLOSE_CODE"]
 
 logger = logging.getLogger("jxai_app.consumers")
 
@@ -59,6 +61,8 @@ PEER_GONE = (OSError, _AutobahnDisconnected)
 
 UNAUTHENTICATED_CLOSE_CODE = 4401
 """Close code for a socket without a logged-in user (4000–4999 are the application's)."""
+TOO_MANY_SOCKETS_CLOSE_CODE = 4429
+"""Close code for a socket over ``JXAI_MAX_SOCKETS_PER_USER`` (docs/websocket.md "Limits")."""
 DEFAULT_SESSION_CHECK_SECONDS = 30.0
 
 
@@ -159,17 +163,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return get_hub()
 
     async def connect(self) -> None:
-        """Accept a logged-in user's socket (an anonymous one is closed with 4401), start its
-        session and the periodic login re-check (``JXAI_WS_SESSION_CHECK_SECONDS``)."""
+        """Accept a logged-in user's socket (an anonymous one is closed with 4401, one over
+        ``JXAI_MAX_SOCKETS_PER_USER`` with 4429), start its session and the periodic login
+        re-check (``JXAI_WS_SESSION_CHECK_SECONDS``)."""
         user = self.scope.get("user")
         await self.accept()
         if user is None or not getattr(user, "is_authenticated", False):
             await self.close(code=UNAUTHENTICATED_CLOSE_CODE)
             return
-        self.user = user
-        self._gone = asyncio.Event()
         self.hub = self.get_hub()
         await self.hub.ensure_started()
+        cap = conf.get_limits().max_sockets_per_user
+        if cap and self.hub.delivery.user_socket_count(user.pk) >= cap:  # no await from here to start()
+            logger.info("websocket: user %s already holds %d sockets here; refusing another", user.pk, cap)
+            detail = (f"You have {cap} chat connections open to this server, the most allowed; "
+                      "close another tab or window and reload this one.")
+            await self.send(text_data=json.dumps(error_frame(problem("rate-limited", detail))))
+            await self.close(code=TOO_MANY_SOCKETS_CLOSE_CODE)
+            return
+        self.user = user
+        self._gone = asyncio.Event()
         self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain)
         self.session.start()
         session_key = getattr(self.scope.get("session"), "session_key", None)

@@ -11,7 +11,8 @@ around them (API tokens, tool policies, limits, usage).
     Note            a user's notes (the approval demonstration tool writes them)
     ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
     UserLimits      per-user overrides of the rate limits and quotas
-    UsageLedger     tokens and provider requests per user and UTC day (jxai_app.policy.usage)
+    UsageLedger     tokens, cost and provider requests per user, model and UTC day (jxai_app.policy.usage)
+    TokenReservation  tokens held against the daily quota by requests still running (jxai_app.policy.reservations)
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
     McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
 
@@ -483,6 +484,37 @@ class UsageLedger(models.Model):
     def total_tokens(self) -> int:
         """``input_tokens + output_tokens`` (what the daily quota counts)."""
         return int(self.input_tokens) + int(self.output_tokens)
+
+
+class TokenReservation(models.Model):
+    """Tokens held against a user's daily quota for a model request whose usage is not known
+    yet (docs/security.md "Quota reservations"; issue 14 item 4).
+
+    Made at admission in the send's transaction (or the ``/ai/chat`` request's), and again
+    before each further round of a turn, by :mod:`jxai_app.policy.reservations`; the quota
+    counts ``UsageLedger`` tokens plus the user's reservations of the day. Settled when the
+    round's usage is recorded (``tokens`` back to 0), removed when the turn or request ends,
+    and, for a turn whose worker died, counted as its prompt by lease recovery.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    """Whose quota."""
+    day = models.DateField()
+    """The UTC day of the quota it holds."""
+    tokens = models.PositiveBigIntegerField(default=0)
+    """Tokens held now: the request's prompt estimate plus the output allowance; 0 between rounds."""
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    """The prompt estimate inside ``tokens`` (what recovery counts for a request that was in flight)."""
+    turn_id = models.UUIDField(null=True, blank=True)
+    """The websocket turn holding it (``Conversation.turn_id``); ``None`` for ``/ai/chat``."""
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "day"], name="jxai_reserve_user_day"),
+                   models.Index(fields=["turn_id"], name="jxai_reserve_turn")]
+
+    def __str__(self) -> str:
+        return f"{self.tokens} tokens held for {self.user_id} on {self.day:%Y-%m-%d}"
 
 
 class TurnAdmission(models.Model):

@@ -260,6 +260,15 @@ JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))
 # saved with stopReason "length" (docs/turns.md "Settings"). About a million tokens: several
 # times the longest output of current models, and a bound on a turn's memory.
 JXAI_MAX_ANSWER_CHARS = int(os.environ.get("JXAI_MAX_ANSWER_CHARS", "4000000"))
+# Issue 14 item 11, caps: tool calls of one model round that run (later ones get a failed
+# result without running; docs/agent.md "Tool calls"), and websockets one user may hold open
+# on one worker process (a further one is closed with 4429; docs/websocket.md "Limits").
+JXAI_MAX_TOOL_CALLS_PER_ROUND = int(os.environ.get("JXAI_MAX_TOOL_CALLS_PER_ROUND", "20"))
+JXAI_MAX_SOCKETS_PER_USER = int(os.environ.get("JXAI_MAX_SOCKETS_PER_USER", "50"))
+# Issue 14 item 4: every model request reserves its prompt estimate plus this many tokens
+# for its answer against the daily quota before it is sent (docs/security.md "Quota
+# reservations"); set it to the largest answer your models give (their max_tokens).
+JXAI_RESERVE_OUTPUT_TOKENS = int(os.environ.get("JXAI_RESERVE_OUTPUT_TOKENS", "4096"))
 # Turn lifecycle under faults (docs/turns.md): the lease a running turn renews in its row,
 # how long a failed write of a finished round or turn is retried, how long SIGTERM lets
 # running turns finish, and the threads database work runs on.

@@ -41,9 +41,12 @@ from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.ssrf import BlockedURLError, CheckedURL, IPAddress, PinnedTransport, Resolver, check_base_url, \
     is_blocked_address
 from jxai_app.core.streaming.base import ChatClient, ClientTimeouts, Signal
-from jxai_app.core.streaming.events import StreamEvent, UsageEvent, encode_event
+from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, StreamEvent, UsageEvent, encode_event
+from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.streaming.usage import reached_provider
+from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
     "READ_CHUNK_BYTES",
@@ -53,6 +56,7 @@ __all__ = [
     "StreamOutcome",
     "message_chars",
     "parse_chat_request",
+    "prompt_estimate",
     "read_body",
     "resolve_upstream",
     "select_client",
@@ -164,7 +168,9 @@ def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int
 
     Raises:
         ProblemError: in this order — 400 ``Invalid JSON body`` (not JSON, empty, a BOM);
-            400 the body is not an object (``null`` included, see module docstring); 400
+            400 the body is not an object (``null`` included, see module docstring); 400 a
+            string (or key) anywhere in it holding a NUL or a lone surrogate (the detail names
+            where, :func:`~jxai_app.core.unicode.first_unclean_path`); 400
             ``messages must be an array``; 413 too many messages; 400 a message that is not
             an object with a string ``role``; 413 a message or the system prompt too long;
             400 ``tools``/``systemPrompt``/``model`` of the wrong type.
@@ -175,6 +181,10 @@ def parse_chat_request(body: bytes, *, max_messages: int, max_message_chars: int
         raise problem_error("invalid-request", _INVALID_JSON) from None
     if not isinstance(data, dict):
         raise problem_error("invalid-request", "The request body must be a JSON object.")
+    unclean = first_unclean_path(data)
+    if unclean is not None:
+        raise problem_error("invalid-request", f"{unclean} holds a NUL character or a lone surrogate; "
+                                               "send valid Unicode text.")
     messages = data.get("messages", [])
     if not isinstance(messages, list):
         raise problem_error("invalid-request", "messages must be an array")
@@ -285,7 +295,7 @@ class SelectedUpstream:
 
 def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry: ModelRegistry,
                   timeouts: ClientTimeouts, retry: RetryPolicy,
-                  build: Callable[[str], ChatClient] | None = None) -> SelectedUpstream:
+                  build: Callable[[str], ChatClient] | None = None, secrets: Sequence[str] = ()) -> SelectedUpstream:
     """Pick the streaming client for an accepted request.
 
     Args:
@@ -295,9 +305,12 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         timeouts: connect / first-byte / idle limits.
         retry: the retry policy (``retries`` from ``upstream_retries``).
         build: ``build(alias)`` → client (default ``registry.build_client`` with ``timeouts``).
+        secrets: further credentials the stream must never show (the deployment's, beside
+            the provider key the request uses).
 
     Returns:
-        The selected upstream, its client wrapped in :class:`RetryingClient`.
+        The selected upstream, its client wrapped in :class:`RetryingClient`; its
+        ``secrets`` are the request's provider key and ``secrets``.
 
     Raises:
         ProblemError: 400 ``invalid-request`` for an unknown alias (the detail lists the
@@ -310,7 +323,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         transport = PinnedTransport(caller.checked)
         client = OpenAIChatClient(base_url=caller.checked.url, model=chat.model, api_key=caller.api_key,
                                   timeouts=timeouts, transport=transport)
-        return SelectedUpstream(RetryingClient(client, retry), chat.model, (caller.api_key,), transport)
+        return SelectedUpstream(RetryingClient(client, retry), chat.model, (caller.api_key, *secrets), transport)
     try:
         model = registry.resolve(chat.model)
     except UnknownModelError:
@@ -322,7 +335,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
                                                                                                 timeouts=timeouts)
     key = registry.provider(model.provider).api_key
-    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (key,) if key else ())
+    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (*((key,) if key else ()), *secrets))
 
 
 # -- the stream ---------------------------------------------------------------------------
@@ -330,9 +343,13 @@ def sse_frame(event: StreamEvent, secrets: Sequence[str] = ()) -> bytes:
     """One SSE frame: ``data: `` + compact JSON + blank line (docs/api.md "The event stream").
 
     Any of ``secrets`` (8 characters or more) found in the frame — a provider that echoes the
-    key in an error text — is replaced by ``[redacted]``.
+    key in an error text — is replaced by ``[redacted]``. Model output holding a lone
+    surrogate, which UTF-8 cannot carry, goes out JSON-escaped (``\\ud800``) rather than
+    breaking the stream (docs/api.md "The event stream").
     """
     text = encode_event(event)
+    if not is_clean(text):  # a lone surrogate (JSON escapes NUL itself)
+        text = json.dumps(event.to_dict(), separators=(",", ":"))
     for secret in secrets:
         if len(secret) >= 8 and secret in text:
             text = text.replace(secret, REDACTED)
@@ -346,8 +363,9 @@ class StreamOutcome:
     Attributes:
         usage: ``{"inputTokens", "outputTokens", …}`` (saved usage shape).
         estimated: True when the provider sent no usage and the counts are estimates
-            (input ≈ request characters / 4, output ≈ produced characters / 4; both 0 when
-            nothing was produced, e.g. a refusal).
+            (input ≈ :func:`prompt_estimate` once the request reached the provider, even
+            when it was stopped before any output; output ≈ produced characters / 4; both 0
+            when the provider refused it with an HTTP status).
         terminal: ``"done"``, ``"error"`` or ``"disconnected"`` (the caller went away).
     """
 
@@ -356,9 +374,13 @@ class StreamOutcome:
     terminal: str
 
 
-def _request_chars(chat: ChatRequest) -> int:
-    return len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
+def prompt_estimate(chat: ChatRequest) -> int:
+    """The request's prompt in tokens, estimated: characters of the system prompt, the
+    messages' and tools' JSON, / 4 rounded up (the quota's reservation and the usage of a
+    stream whose provider reported none; docs/security.md "Quota reservations")."""
+    chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
         (len(json.dumps(chat.tools, ensure_ascii=False)) if chat.tools else 0)
+    return math.ceil(chars / CHARS_PER_TOKEN)
 
 
 def _produced_chars(event: StreamEvent) -> int:
@@ -375,7 +397,9 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     """The response body: one frame per normalised event, in order (docs/api.md "The event stream").
 
     Upstream failures arrive as ``error`` events with problems (the clients' boundary,
-    docs/streaming.md "The client interface"). Closing this iterator (the caller disconnected) closes the upstream
+    docs/streaming.md "The client interface"). The upstream's ``secrets`` are masked in the
+    streamed text across chunks (:class:`~jxai_app.core.streaming.masking.MaskingClient`)
+    and in every whole frame (:func:`sse_frame`). Closing this iterator (the caller disconnected) closes the upstream
     stream and so its connection. ``on_finish`` runs exactly once at the end with the usage
     (from the ``usage`` event, else an estimate), also after a disconnect; its failures are
     its own business (they are not raised into the stream).
@@ -383,17 +407,19 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     usage: UsageEvent | None = None
     produced = 0
     terminal = "disconnected"
+    last: DoneEvent | ErrorEvent | None = None
     try:
         stream = cast(AsyncGenerator[StreamEvent, None],
-                      upstream.client.stream_chat(chat.messages, chat.tools, chat.system_prompt, signal=signal))
+                      MaskingClient(upstream.client, upstream.secrets).stream_chat(
+                          chat.messages, chat.tools, chat.system_prompt, signal=signal))
         async with aclosing(stream) as events:
             async for event in events:
                 if type(event) is UsageEvent:
                     usage = event
                 else:
                     produced += _produced_chars(event)
-                if event.type in ("done", "error"):
-                    terminal = event.type
+                if type(event) is DoneEvent or type(event) is ErrorEvent:
+                    terminal, last = event.type, event
                 yield sse_frame(event, upstream.secrets)
     finally:
         await upstream.aclose()
@@ -401,9 +427,9 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
             if usage is not None:
                 outcome = StreamOutcome(usage.to_dict(), False, terminal)
                 outcome.usage.pop("type", None)
-            elif produced:
-                outcome = StreamOutcome({"inputTokens": math.ceil(_request_chars(chat) / CHARS_PER_TOKEN),
+            elif produced or reached_provider(last):  # the prompt counts once it reached the provider
+                outcome = StreamOutcome({"inputTokens": prompt_estimate(chat),
                                          "outputTokens": math.ceil(produced / CHARS_PER_TOKEN)}, True, terminal)
-            else:  # nothing generated and no usage reported (a refusal): nothing to count
+            else:  # the provider refused it with an HTTP status: nothing to count
                 outcome = StreamOutcome({"inputTokens": 0, "outputTokens": 0}, True, terminal)
             await on_finish(outcome)

@@ -28,7 +28,7 @@ import os
 import re
 from typing import Final, Mapping
 
-__all__ = ["REDACTED", "RedactSecretsFilter", "redact_text"]
+__all__ = ["REDACTED", "RedactSecretsFilter", "environment_secrets", "redact_text"]
 
 REDACTED: Final[str] = "[redacted]"
 
@@ -44,8 +44,11 @@ _SECRET_ENV_SUFFIXES: Final[tuple[str, ...]] = ("_KEY", "_TOKEN", "_SECRET", "_P
 _MIN_SECRET: Final[int] = 8
 
 
-def _environment_secrets(environ: Mapping[str, str]) -> list[str]:
-    values = {value for name, value in environ.items()
+def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of ``environ``'s (``None``: ``os.environ``) variables named ``…_KEY``,
+    ``…_TOKEN``, ``…_SECRET`` or ``…_PASSWORD`` that are at least 8 characters long, longest first."""
+    source = os.environ if environ is None else environ
+    values = {value for name, value in source.items()
               if name.upper().endswith(_SECRET_ENV_SUFFIXES) and len(value) >= _MIN_SECRET}
     return sorted(values, key=len, reverse=True)
 
@@ -57,7 +60,7 @@ def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
         text: a formatted log message, exception text or anything else.
         environ: where secret-looking variables are read; ``None`` for ``os.environ``.
     """
-    for secret in _environment_secrets(os.environ if environ is None else environ):
+    for secret in environment_secrets(environ):
         if secret in text:
             text = text.replace(secret, REDACTED)
     for pattern in (_HEADER_VALUE, _COOKIE_VALUE):

@@ -159,6 +159,11 @@ class ModelRegistry:
             for m in self._models.values()
         ]
 
+    def provider_keys(self) -> tuple[str, ...]:
+        """Every provider's key as set now (:attr:`ProviderConfig.api_key`), unset ones left
+        out: the credentials streamed text is masked of (docs/security.md "Secret leakage in streamed text")."""
+        return tuple(dict.fromkeys(key for p in self._providers.values() if (key := p.api_key)))
+
     def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None, pool: Any = None) -> Any:
         """Construct the streaming client for a model (docs/streaming.md "The client
         interface"), reading its key now.

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -43,6 +44,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from jxai_app import conf
+from jxai_app.policy import reservations
 from jxai_app.policy import usage as ledger
 from jxai_app.policy.cost import request_cost
 from jxai_app.store.dbsync import database_sync_to_async
@@ -55,8 +57,11 @@ __all__ = [
     "allowance_for",
     "arecord_usage",
     "check_turn_allowed",
+    "lock_user",
     "now",
+    "quota_refusal",
     "record_usage",
+    "today",
     "tokens_used_today",
     "turns_in_last_minute",
 ]
@@ -100,18 +105,61 @@ def now() -> datetime:
     return datetime.fromtimestamp(clock(), tz=timezone.utc)
 
 
-def _today(now: datetime) -> date:
+def today(now: datetime) -> date:
+    """The UTC day of ``now`` (the quota's day)."""
     return now.date()
+
+
+def lock_user(user: Any) -> None:
+    """Lock the user's row until the transaction ends: one user's admissions and
+    reservations are serialised across processes (``SELECT … FOR NO KEY UPDATE`` on
+    PostgreSQL, so rows that merely reference the user are not blocked; on SQLite the
+    ``IMMEDIATE`` transaction already holds the write lock)."""
+    get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
+
+
+def quota_refusal(user: Any, allowance: Allowance, need: int, at: datetime, *,
+                  besides: uuid.UUID | None = None) -> ProblemError | None:
+    """The ``quota-exceeded`` refusal of a request reserving ``need`` tokens on the day of
+    ``at``, else ``None``: when tokens are limited, today's ledger tokens (the sum over the
+    user's rows of the day, every model) + the reservations held + ``need`` must fit in
+    ``allowance.tokens_per_day`` (docs/security.md "Quota reservations"); when cost is
+    limited, today's cost must still be under ``allowance.cost_per_day`` (docs/operations.md
+    "Cost"; cost is not reserved). ``besides``: a turn whose own reservation is left out.
+    Call it with the user's row locked (:func:`lock_user`)."""
+    day = today(at)
+    spent = ledger.spent_on(user.pk, day)
+    midnight = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
+    retry = max(1, math.ceil((midnight - at).total_seconds()))
+    tokens = allowance.tokens_per_day
+    if tokens > 0:
+        used = spent.tokens
+        held = reservations.held_on(user.pk, day, besides=besides)
+        if used >= tokens:
+            return problem_error("quota-exceeded", f"You have used {used} of your {tokens} tokens for today (UTC); "
+                                                   f"the allowance renews in {retry} s.", retry_after=retry)
+        if used + held + need > tokens:
+            return problem_error(
+                "quota-exceeded",
+                f"This request may take {need} tokens (its prompt and an answer of up to "
+                f"{conf.get_limits().reserve_output_tokens}), and only {max(0, tokens - used - held)} of "
+                f"your {tokens} tokens for today (UTC) are free ({used} used, {held} held by requests "
+                f"still running); the allowance renews in {retry} s.", retry_after=retry)
+    if allowance.cost_per_day > 0 and spent.cost >= allowance.cost_per_day:
+        return problem_error("quota-exceeded", f"You have spent ${spent.cost:.4f} of your "
+                                               f"${allowance.cost_per_day:.2f} for today (UTC); the "
+                                               f"allowance renews in {retry} s.", retry_after=retry)
+    return None
 
 
 # -- tokens per day ------------------------------------------------------------------------
 def tokens_used_today(user: Any) -> int:
     """Input + output tokens the user spent since 00:00 UTC, from the usage ledger."""
-    return ledger.spent_on(user.pk, _today(now())).tokens
+    return ledger.spent_on(user.pk, today(now())).tokens
 
 
 def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool, model: str | None = None,
-                 failed: bool = False) -> int:
+                 failed: bool = False, reservation: int | None = None) -> int:
     """Add one provider request's tokens and cost to the user's ledger row for today (UTC)
     and the model.
 
@@ -127,6 +175,8 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
         model: the model alias (prices the tokens: :func:`jxai_app.policy.cost.request_cost`);
             ``None``: unknown, unpriced.
         failed: the request ended in an error (the ledger's ``failed_requests``).
+        reservation: the request's quota reservation (``/ai/chat``), deleted in the same
+            transaction (:func:`jxai_app.policy.reservations.settle`).
 
     Returns:
         The tokens added (input + output).
@@ -137,8 +187,13 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
     if user is None or getattr(user, "pk", None) is None:
         return 0
     counts = ledger.counts_from(usage, estimated=estimated)
-    ledger.ledger_add(user.pk, _today(now()), counts, model=model or "", cost=request_cost(model, counts),
-                      failed=failed)
+    cost = request_cost(model, counts)
+    if reservation is None:
+        ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
+        return counts.total
+    with transaction.atomic():
+        ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
+        reservations.settle(reservation, user.pk)
     return counts.total
 
 
@@ -161,20 +216,35 @@ def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
                          retry_after=retry)
 
 
-def check_turn_allowed(user: Any) -> None:
-    """Admit one turn for ``user`` or refuse it; an admitted turn counts toward the minute.
+def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID | None = None) -> int | None:
+    """Admit one model request for ``user`` or refuse it; an admitted one counts toward the
+    minute and holds its reservation against the day's tokens.
 
-    Checked before the provider is contacted: first the daily token and cost quotas, then the turns
-    per minute (a turn refused for quota takes no slot). The allowance and today's ledger row
-    are read; then, when turns per minute are limited, the user's row is locked
-    (``select_for_update(no_key=True)`` on PostgreSQL: rows that merely reference the user are
-    not blocked; on SQLite the ``IMMEDIATE`` transaction holds the write lock), which
-    serialises one user's admissions across processes, rows that left the window are deleted,
-    the window's admissions counted and the admission added. Runs in the caller's transaction when there is one (the send's: a
-    later refusal or conflict rolls the admission back too), else in one of its own.
+    Checked before the provider is contacted, with the user's row locked
+    (:func:`lock_user`) whenever a limit applies, which serialises one user's admissions
+    across processes: first the daily quotas (:func:`quota_refusal`) — the request's
+    reservation (``prompt_tokens`` + ``JXAI_RESERVE_OUTPUT_TOKENS``,
+    :func:`jxai_app.policy.reservations.size`) must fit beside today's ledger tokens (all the
+    user's rows of the day, every model) and the reservations still held (docs/security.md
+    "Quota reservations"), and today's cost must be under the cost allowance
+    (docs/operations.md "Cost") — then the turns per minute (rows that left the window are
+    deleted, the window's admissions counted). Only when all pass are the admission and the
+    reservation written, so a refusal writes nothing. Runs in the caller's transaction when
+    there is one (the send's: a later refusal or conflict rolls both back too), else in one of
+    its own.
+
+    Args:
+        user: the requesting user.
+        prompt_tokens: the request's prompt estimate (:func:`jxai_app.store.estimate_tokens`).
+        turn_id: the websocket turn the reservation belongs to (``None`` for ``/ai/chat``).
+
+    Returns:
+        The reservation's id (settle it with :func:`jxai_app.policy.reservations.settle`, or
+        through the turn's recorder), or ``None`` when the user's tokens are unlimited.
 
     Raises:
-        ProblemError: ``quota-exceeded`` (429) when today's tokens or cost reached the allowance,
+        ProblemError: ``quota-exceeded`` (429) when the reservation does not fit or today's
+            cost reached its allowance,
             ``retry_after`` = seconds until 00:00 UTC; ``rate-limited`` (429) when the
             allowance of turns in the last 60 s is used up, ``retry_after`` = seconds until
             the oldest counted turn leaves the window.
@@ -184,30 +254,26 @@ def check_turn_allowed(user: Any) -> None:
 
     at = now()
     refusal: ProblemError | None = None
+    reservation: int | None = None
     # No savepoint, and a refusal raised outside the block: the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
         allowance = allowance_for(user)
-        spent = ledger.spent_on(user.pk, _today(at))
-        midnight = datetime.combine(_today(at) + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
-        retry = max(1, math.ceil((midnight - at).total_seconds()))
-        if allowance.tokens_per_day > 0 and spent.tokens >= allowance.tokens_per_day:
-            refusal = problem_error("quota-exceeded", f"You have used {spent.tokens} of your "
-                                                      f"{allowance.tokens_per_day} tokens for today (UTC); the "
-                                                      f"allowance renews in {retry} s.", retry_after=retry)
-        elif allowance.cost_per_day > 0 and spent.cost >= allowance.cost_per_day:
-            refusal = problem_error("quota-exceeded", f"You have spent ${spent.cost:.4f} of your "
-                                                      f"${allowance.cost_per_day:.2f} for today (UTC); the "
-                                                      f"allowance renews in {retry} s.", retry_after=retry)
-        elif allowance.turns_per_minute > 0:
-            get_user_model()._default_manager.select_for_update(no_key=True).filter(pk=user.pk).exists()
+        tokens, turns = allowance.tokens_per_day > 0, allowance.turns_per_minute > 0
+        if tokens or turns or allowance.cost_per_day > 0:
+            lock_user(user)
+            refusal = quota_refusal(user, allowance, reservations.size(prompt_tokens), at)
+        if refusal is None and turns:
             window = TurnAdmission.objects.filter(user_id=user.pk)
             window.filter(at__lte=at - WINDOW).delete()
             if window.count() >= allowance.turns_per_minute:
                 refusal = _rate_limited(user, allowance.turns_per_minute, at)
             else:
                 TurnAdmission.objects.create(user_id=user.pk, at=at)
+        if refusal is None and tokens:
+            reservation = reservations.hold(user.pk, today(at), prompt_tokens=prompt_tokens, turn_id=turn_id)
     if refusal is not None:
         raise refusal
+    return reservation
 
 
 acheck_turn_allowed = database_sync_to_async(check_turn_allowed)

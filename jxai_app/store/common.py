@@ -7,14 +7,14 @@ docs/store.md "Ownership"). Ids that do not parse are missing ids too.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any, Final
 
-from django.db.models import Max, Prefetch, QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from jxai_app.core.errors import ProblemError
-from jxai_app.models import Conversation, ConversationStatus, Message, ToolCall
+from jxai_app.core.unicode import replace_unclean
+from jxai_app.models import Conversation, ConversationStatus, ToolCall
 from jxai_app.core.problems import problem_error
 
 LEASE_SECONDS: Final[float] = 6.0
@@ -103,20 +103,11 @@ def with_tool_calls(messages: Any) -> Any:
                                               queryset=ToolCall.objects.select_related("decided_by").order_by("position")))
 
 
-def next_position(conversation_id: uuid.UUID) -> int:
-    """The position after the conversation's last message (0 when it has none)."""
-    top = Message.objects.filter(conversation_id=conversation_id).aggregate(top=Max("position"))["top"]
-    return 0 if top is None else top + 1
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
 def storable(text: str) -> str:
     """``text`` as every database can store it: NUL (PostgreSQL's ``text`` has none) and lone
     surrogates (UTF-8 cannot encode them; a provider's JSON may carry ``"\\ud800"``) each
-    replaced by U+FFFD (docs/store.md "Rows")."""
-    return _UNSTORABLE.sub("\ufffd", text)
+    replaced by U+FFFD (docs/store.md "Rows"; :mod:`jxai_app.core.unicode`)."""
+    return replace_unclean(text)
 
 
 def bounded_text(value: Any, *, what: str, limit: int) -> str:

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
+from jxai_app.policy import reservations
 from jxai_app.store.branches import leaf_after_drop
 from jxai_app.store.common import LEASE_SECONDS
 
@@ -70,6 +71,8 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     """End turn ``turn_id`` of a conversation, dropping its partial message (completed rounds
     stay): Stop of a turn nobody runs (``interrupted`` False → ``idle``, error cleared) or the
     recovery of a dead one (``interrupted`` True → ``error`` with :data:`INTERRUPTED`).
+    The turn's quota reservation is forfeited: the prompt of a request still in flight
+    counts as estimated usage (:func:`jxai_app.policy.reservations.forfeit_turn`).
 
     Args:
         conversation_id: the conversation (ownership already checked by the caller).
@@ -98,6 +101,8 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
             partial.delete()
             leaf, _ = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
             Conversation.objects.filter(pk=conversation_id).update(active_leaf_id=leaf)
+        model = Conversation.objects.filter(pk=conversation_id).values_list("model", flat=True).first()
+        reservations.forfeit_turn(turn_id, model=model or "")
     return bool(ended)
 
 

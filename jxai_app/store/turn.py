@@ -30,11 +30,12 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
-from jxai_app.policy import ratelimit
+from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.conversation import conversation_create
 from jxai_app.store.branches import Siblings, Tree, path_messages
 from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
 from jxai_app.store.recovery import lease_lapsed, turn_abandon
+from jxai_app.store.usage import estimate_tokens
 from jxai_app.store.wire import messages_to_wire
 
 
@@ -87,12 +88,12 @@ class TurnStart:
         return self.conversation.model
 
 
-def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model: str | None, admit: bool,
+def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model: str | None,
                    lease: float) -> tuple[Conversation, bool, Q]:
-    """Steps 1–3 of :func:`message_send` (inside its transaction): the conversation (created
-    or locked), a dead turn recovered, the turn admitted. Returns the conversation, whether
-    it was created, and the condition the claim must meet. A conversation whose turn waits
-    for an approval is a ``conflict`` (code ``approval_pending``; docs/approval.md)."""
+    """Steps 1–2 of :func:`message_send` (inside its transaction): the conversation (created
+    or locked), a dead turn recovered. Returns the conversation, whether it was created, and
+    the condition the claim must meet. A conversation whose turn waits for an approval is a
+    ``conflict`` (code ``approval_pending``; docs/approval.md)."""
     created = conversation_id is None
     if created:
         conversation = conversation_create(user=user, model=model or "")
@@ -106,17 +107,28 @@ def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model:
             raise conflict()
         turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
         claimable = Q()  # recovered just now, under the lock
-    if admit:
-        ratelimit.check_turn_allowed(user)
     return conversation, created, claimable
 
 
-def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text: str, model: str | None) -> uuid.UUID:
+def _admit(user: Any, turn_id: uuid.UUID, history: list[dict[str, Any]], *, admit: bool, prompt_overhead: int,
+           reservation: int | None) -> None:
+    """Step 3 of :func:`message_send`: ``admit``: the quota and rate limit, the first round's
+    tokens reserved for turn ``turn_id`` (``history`` is what its request carries beside
+    ``prompt_overhead``); else a caller's ``reservation`` handed to the turn."""
+    prompt = estimate_tokens(history) + prompt_overhead
+    if admit:
+        ratelimit.check_turn_allowed(user, prompt_tokens=prompt, turn_id=turn_id)
+    elif reservation is not None:
+        reservations.adopt(reservation, turn_id, prompt_tokens=prompt)
+
+
+def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text: str, model: str | None,
+           turn_id: uuid.UUID) -> None:
     """The claim: one conditional UPDATE that starts the turn and makes ``placeholder`` the
     active leaf (docs/store.md "One turn per conversation"). Raises ``conflict`` when lost."""
     now = timezone.now()
     changes: dict[str, Any] = {
-        "status": ConversationStatus.STREAMING, "turn_id": uuid.uuid4(), "turn_heartbeat": now,
+        "status": ConversationStatus.STREAMING, "turn_id": turn_id, "turn_heartbeat": now,
         "last_error": "", "last_problem": None, "updated_at": now, "title": conversation.title or title_from(text),
         "model": model or conversation.model, "active_leaf_id": placeholder.pk,
     }
@@ -124,7 +136,6 @@ def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text:
         raise conflict()
     for name, value in changes.items():
         setattr(conversation, name, value)
-    return changes["turn_id"]
 
 
 def _insert(message: Message) -> Message:
@@ -139,7 +150,8 @@ def _placeholder(conversation: Conversation, parent: Message, position: int, mod
 
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS, replaces: int | None = None,
+    admit: bool = True, lease: float = LEASE_SECONDS, replaces: int | None = None, prompt_overhead: int = 0,
+    reservation: int | None = None,
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction.
@@ -151,7 +163,9 @@ def message_send(
     2. A running turn whose lease lapsed is recovered first (:mod:`jxai_app.store.recovery`);
        a live one is a ``conflict``.
     3. ``admit``: the user's quota and rate limit (:func:`jxai_app.policy.ratelimit.check_turn_allowed`),
-       in this transaction, so a refusal saves nothing.
+       in this transaction, so a refusal saves nothing; the first round's tokens are reserved
+       there for the new turn (the history's estimate, ``prompt_overhead`` and the answer's
+       allowance; docs/security.md "Quota reservations").
     4. The tree's shape and the path the new message follows (docs/store.md "Branches"): the
        active path, or for an edit (``replaces``) the path to the replaced message's parent.
     5. One INSERT each of the user message (a child of the path's end) and the placeholder,
@@ -166,6 +180,10 @@ def message_send(
         lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
         replaces: an edit: the id of a user message of the conversation; the new message
             becomes its sibling (a new branch) and the old one stays as it was.
+        prompt_overhead: estimated tokens the request carries beside the history (the
+            system prompt's), for the reservation.
+        reservation: with ``admit`` False, the reservation its caller's admission made (a
+            ``retry``'s), handed to the new turn (:func:`jxai_app.policy.reservations.adopt`).
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id; ``replaces`` not a message of
@@ -178,8 +196,7 @@ def message_send(
     if replaces is not None and conversation_id is None:
         raise message_not_found()
     with transaction.atomic():
-        conversation, created, claimable = _lock_for_turn(user, conversation_id, model=model, admit=admit,
-                                                          lease=lease)
+        conversation, created, claimable = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree(()) if created else Tree.of(conversation.pk)
         if replaces is None:
             parent_id = tree.leaf
@@ -190,11 +207,14 @@ def message_send(
         else:
             parent_id = tree.parent[replaces]
         earlier = path_messages(tree.path(parent_id))
+        turn_id = uuid.uuid4()
+        _admit(user, turn_id, [*messages_to_wire(earlier), {"role": MessageRole.USER, "content": text}], admit=admit,
+               prompt_overhead=prompt_overhead, reservation=reservation)
         position = tree.next_position
         user_message = _insert(Message(conversation=conversation, parent_id=parent_id, position=position,
                                        role=MessageRole.USER, content=text))
         placeholder = _placeholder(conversation, user_message, position + 1, model)
-        turn_id = _claim(conversation, claimable, placeholder, text, model)
+        _claim(conversation, claimable, placeholder, text, model, turn_id)
     siblings = tree.children.get(parent_id, [])
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
                      user_siblings=Siblings(len(siblings), len(siblings) + 1, siblings[-1] if siblings else None, None),
@@ -204,7 +224,7 @@ def message_send(
 
 def answer_regenerate(
     *, user: Any, conversation_id: uuid.UUID | str, message_id: int, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS,
+    admit: bool = True, lease: float = LEASE_SECONDS, prompt_overhead: int = 0,
 ) -> TurnStart:
     """Start a turn that answers the question of assistant message ``message_id`` again: a
     new placeholder beside the answer's first message (a sibling: a new branch, made the
@@ -213,6 +233,7 @@ def answer_regenerate(
 
     Args:
         model: the model alias to answer with (``None``: the conversation's).
+        prompt_overhead: as for :func:`message_send` (the reservation).
 
     Raises:
         ProblemError: ``not-found`` (conversation, or a message not in it),
@@ -220,7 +241,7 @@ def answer_regenerate(
             runs, ``quota-exceeded`` / ``rate-limited``.
     """
     with transaction.atomic():
-        conversation, _, claimable = _lock_for_turn(user, conversation_id, model=model, admit=admit, lease=lease)
+        conversation, _, claimable = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree.of(conversation.pk)
         if message_id not in tree.parent:
             raise message_not_found()
@@ -229,11 +250,14 @@ def answer_regenerate(
             raise invalid("Only an assistant answer can be regenerated.")
         earlier = path_messages(tree.path(question_id))
         question = earlier[-1]
+        turn_id = uuid.uuid4()
+        history = messages_to_wire(earlier)
+        _admit(user, turn_id, history, admit=admit, prompt_overhead=prompt_overhead, reservation=None)
         placeholder = _placeholder(conversation, question, tree.next_position, model)
-        turn_id = _claim(conversation, claimable, placeholder, question.content, model)
+        _claim(conversation, claimable, placeholder, question.content, model, turn_id)
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=question,
                      user_siblings=tree.siblings(question_id), assistant_message_id=placeholder.pk,
-                     assistant_position=placeholder.position, history=messages_to_wire(earlier), created=False)
+                     assistant_position=placeholder.position, history=history, created=False)
 
 
 def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:

@@ -102,13 +102,16 @@ def estimate_tokens(value: Any) -> int:
 
 
 def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_chars: int,
-                input_estimate: int) -> tuple[dict[str, Any] | None, bool]:
+                input_estimate: int, reached: bool = False) -> tuple[dict[str, Any] | None, bool]:
     """The one rule for a model round's usage, saved on its message and added to the user's
     ledger alike (docs/store.md "Usage and context tokens"):
 
     - the provider's usage when it sent a valid one (:func:`usage_from`);
     - otherwise, when the round produced something, an estimate marked ``estimated``:
       ``input_estimate`` tokens in, ``produced_chars`` / 4 out (:func:`usage_estimate`);
+    - otherwise, when the request ``reached`` the provider (:func:`~jxai_app.core.streaming.usage.reached_provider`; stopped
+      or disconnected before its first output, say), its prompt: ``input_estimate`` tokens
+      in, 0 out, estimated;
     - otherwise nothing (a refusal before any output).
 
     Returns:
@@ -117,6 +120,6 @@ def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_cha
     doc = usage_from(reported)
     if doc is not None:
         return doc, False
-    if produced_chars <= 0:
+    if produced_chars <= 0 and not (reached and input_estimate > 0):
         return None, False
     return usage_estimate(input_tokens=input_estimate, output_chars=produced_chars), True

@@ -15,6 +15,7 @@ provider and no socket sees a turn that was not saved.
 from __future__ import annotations
 
 import functools
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -28,16 +29,18 @@ from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
 from jxai_app.core.streaming.events import ErrorEvent
+from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.models import ConversationStatus
 from jxai_app.ops import metrics
-from jxai_app.policy import ratelimit, toolpolicy
+from jxai_app.policy import ratelimit, reservations, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
 from jxai_app.store.dbsync import db_request, db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
 from jxai_app.turns.recovery import snapshot_of
+from jxai_app.turns.roundquota import RoundQuota
 from jxai_app.turns.runner import TurnRunner
 
 __all__ = [
@@ -90,12 +93,20 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
     return on_retry
 
 
-def client_factory(alias: str) -> Callable[[], Any]:
-    """Builds model ``alias``'s streaming client for a turn, wrapped in a
-    :class:`~jxai_app.core.streaming.retry.RetryingClient`: a 429/5xx before any output is
-    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began."""
+def client_factory(alias: str, *, user: Any, turn_id: uuid.UUID, reserved: bool) -> Callable[[], Any]:
+    """Builds model ``alias``'s streaming client for turn ``turn_id`` of ``user``, wrapped in a
+    :class:`~jxai_app.core.streaming.retry.RetryingClient` (a 429/5xx before any output is
+    retried with backoff up to ``JXAI_UPSTREAM_RETRIES`` times, never after output began), a
+    :class:`~jxai_app.core.streaming.masking.MaskingClient` (the configured credentials
+    masked in its text, across chunks: docs/security.md "Secret leakage in streamed text")
+    and a :class:`~jxai_app.turns.roundquota.RoundQuota` (each request the send did not
+    reserve reserves its tokens first: docs/security.md "Quota reservations"). ``reserved``:
+    the send reserved the first request (``False`` for a turn resumed after an approval,
+    whose reservation ended at the pause)."""
     policy = RetryPolicy(retries=conf.get_limits().upstream_retries)
-    return lambda: RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias))
+    return lambda: RoundQuota(
+        MaskingClient(RetryingClient(conf.build_client(alias), policy, on_retry=_log_retry(alias)),
+                      conf.stream_secrets()), user=user, turn_id=turn_id, reserved=reserved)
 
 
 def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
@@ -116,19 +127,22 @@ def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
 
 Begin = Callable[..., store.TurnStart]
 """A store service that saves a turn's start: called with ``model`` (an alias or ``None``),
-``admit`` and ``lease`` (:func:`jxai_app.store.message_send`, :func:`jxai_app.store.answer_regenerate`)."""
+``admit``, ``lease`` and ``prompt_overhead`` (:func:`jxai_app.store.message_send`,
+:func:`jxai_app.store.answer_regenerate`)."""
 
 
 def _begin(user: Any, new_conversation: bool, alias: str | None, admit: bool, save: Begin,
            announce: bool) -> tuple[store.TurnStart, Any, ModelConfig, str, list[Any], dict[str, Any] | None]:
-    """The send (one transaction), then the turn's model, tool view, system prompt (with the
-    user's custom instructions, docs/store.md "Custom instructions"), the MCP servers'
-    configuration, and for a new branch the snapshot its followers get first."""
+    """The send (one transaction; its quota reservation sized for the system prompt with the
+    user's custom instructions, docs/store.md "Custom instructions"), then the turn's model,
+    tool view, that system prompt, the MCP servers' configuration, and for a new branch the
+    snapshot its followers get first."""
+    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
     requested = _model(alias, fallback=False) if alias else None
     new_model = requested or (_model(None, fallback=False) if new_conversation else None)
-    turn = save(model=None if new_model is None else new_model.alias, admit=admit, lease=conf.get_turn_timing().lease)
+    turn = save(model=None if new_model is None else new_model.alias, admit=admit, lease=conf.get_turn_timing().lease,
+                prompt_overhead=store.estimate_tokens(prompt))
     model = requested or _model(turn.model, fallback=True)
-    prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
     return (turn, tool_view(user, model), model, prompt, mcp_tools.server_configs(),
             _branch_snapshot(turn) if announce else None)
 
@@ -156,7 +170,7 @@ def _check_text(text: Any) -> str:
 
 async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text: str,
                      model_alias: str | None = None, origin: Origin | None = None, hub: TurnHub | None = None,
-                     admit: bool = True, replaces: int | None = None) -> TurnInfo:
+                     admit: bool = True, replaces: int | None = None, reservation: int | None = None) -> TurnInfo:
     """Save the user's message and start a turn in a task owned by this worker.
 
     Args:
@@ -171,6 +185,7 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
             caller that admitted it in its own transaction).
         replaces: an edit: the user message this one replaces as a new branch
             (docs/store.md "Branches"); every follower first gets a ``snapshot`` of it.
+        reservation: that caller's quota reservation, handed to the turn.
 
     Returns:
         The started turn. Its frames (``conversation``, ``message_saved`` of the user
@@ -186,7 +201,7 @@ async def start_turn(*, user: Any, conversation_id: uuid.UUID | str | None, text
     """
     text = _check_text(text)
     save = functools.partial(store.message_send, user=user, conversation_id=conversation_id, text=text,
-                             replaces=replaces)
+                             replaces=replaces, reservation=reservation)
     return await _launch(user, hub, origin, conversation_id is None, model_alias, admit, save,
                          announce=replaces is not None)
 
@@ -218,13 +233,15 @@ async def _launch(user: Any, hub: TurnHub | None, origin: Origin | None, new_con
         _begin, user, new_conversation, model_alias, admit, save, announce)
     if await mcp_tools.apply(mcp_servers):  # an MCP server started, closed or restarted (docs/mcp.md "Sessions")
         tools = await db_request(tool_view, user, model)
-    return _start_runner(hub, user, turn, tools, model, prompt, origin, snapshot)
+    return _start_runner(hub, user, turn, tools, model, prompt, origin, snapshot, reserved=True)
 
 
 def _start_runner(hub: TurnHub, user: Any, turn: store.TurnStart, tools: Any, model: ModelConfig, prompt: str,
-                  origin: Origin | None, snapshot: dict[str, Any] | None = None) -> TurnInfo:
-    """Build the turn's runner and start its task (a send's, a regenerate's, or a resumed one's)."""
-    runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=client_factory(model.alias),
+                  origin: Origin | None, snapshot: dict[str, Any] | None = None, *, reserved: bool) -> TurnInfo:
+    """Build the turn's runner and start its task (a send's, a regenerate's, or a resumed one's;
+    ``reserved``: the send reserved its first request, :func:`client_factory`)."""
+    factory = client_factory(model.alias, user=user, turn_id=turn.turn_id, reserved=reserved)
+    runner = TurnRunner(hub=hub, user=user, turn=turn, tools=tools, client_factory=factory,
                         system_prompt=prompt, policy=conf.get_agent_policy(),
                         context_window=model.context_window)
     if snapshot is not None:  # published before the turn's first frame, on the same path
@@ -246,7 +263,10 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
                       hub: TurnHub | None = None) -> TurnInfo:
     """Start the turn an approval decision resumed (docs/approval.md "Resuming") on this worker:
     its decided calls are answered first (approved ones run as ``user``), then the loop goes on
-    from the saved history with a new lease. Not admitted again: it is the same turn.
+    from the saved history with a new lease. Not admitted again: it is the same turn; but its
+    reservation ended at the pause, so its first model request reserves its tokens like any
+    later round (docs/security.md "Quota reservations") and ends the turn ``quota-exceeded``
+    when they no longer fit.
 
     Args:
         user: the conversation's owner (the tools act as them).
@@ -257,7 +277,7 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
     if await mcp_tools.apply(mcp_servers):  # this worker may not have had the turn's MCP sessions yet
         tools = await db_request(tool_view, user, model, turn.prior_calls)
     logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
-    return _start_runner(hub, user, turn, tools, model, prompt, origin)
+    return _start_runner(hub, user, turn, tools, model, prompt, origin, reserved=False)
 
 
 def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
@@ -390,15 +410,17 @@ def _tell_stopped(hub: TurnHub, user: Any, conversation_id: uuid.UUID, snapshot:
     hub.notify(conversation_id, {"type": "conversation", "conversation": snapshot["conversation"]}, user_pk=user.pk)
 
 
-def _retry_begin(user: Any, conversation_id: Any) -> str:
+def _retry_begin(user: Any, conversation_id: Any) -> tuple[str, int | None]:
     """Drop the last exchange and admit the new turn, in one transaction (a refusal keeps the
-    exchange). Returns the text to send again."""
+    exchange). Returns the text to send again and the turn's quota reservation (sized for the
+    text and the system prompt here; the send resizes it for the whole history)."""
     with transaction.atomic():
         text = store.message_retry(user=user, conversation_id=conversation_id)
         if text is None:
             raise problem_error("invalid-request", "There is no message to retry in this conversation.")
-        ratelimit.check_turn_allowed(user)
-    return str(text)
+        prompt = store.estimate_tokens(text) + store.estimate_tokens(conf.get_system_prompt())
+        reservation = ratelimit.check_turn_allowed(user, prompt_tokens=prompt)
+    return str(text), reservation
 
 
 async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Origin | None = None,
@@ -412,13 +434,18 @@ async def retry_turn(*, user: Any, conversation_id: uuid.UUID | str, origin: Ori
             kept, nothing changes); ``service-unavailable``.
     """
     hub = hub or get_hub()
-    text = await db_request(_retry_begin, user, conversation_id)
+    text, reservation = await db_request(_retry_begin, user, conversation_id)
     cid = parse_id(conversation_id)
     assert cid is not None  # message_retry accepted it
-    frame = await db_request(snapshot_of, cid)
-    if frame is not None:
-        hub.notify(cid, frame)
-    return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False)
+    try:
+        frame = await db_request(snapshot_of, cid)
+        if frame is not None:
+            hub.notify(cid, frame)
+        return await start_turn(user=user, conversation_id=cid, text=text, origin=origin, hub=hub, admit=False,
+                                reservation=reservation)
+    except BaseException:  # no turn took the reservation
+        await asyncio.shield(db_request(reservations.settle, reservation))
+        raise
 
 
 def _switch(user: Any, conversation_id: Any, message_id: int) -> dict[str, Any] | None:

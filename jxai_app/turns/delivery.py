@@ -162,6 +162,10 @@ class LocalDelivery:
             if not sockets:
                 del self._users[user_pk]
 
+    def user_socket_count(self, user_pk: Any) -> int:
+        """Sockets of ``user_pk`` open in this process (``JXAI_MAX_SOCKETS_PER_USER`` counts them)."""
+        return len(self._users.get(user_pk, ()))
+
     def sockets(self) -> list[Socket]:
         """Every socket of this process."""
         return list({s for group in self._users.values() for s in group})

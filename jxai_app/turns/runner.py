@@ -61,6 +61,7 @@ from jxai_app.ops.observe import TurnObserver
 from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
 from jxai_app.store.dbsync import db_thread_call
 from jxai_app.store.serializers import conversation_dict, message_dict
+from jxai_app.core.streaming.usage import reached_provider
 from jxai_app.turns.answercap import AnswerCap
 from jxai_app.turns.replay import ReplayLog
 
@@ -107,12 +108,15 @@ class _RoundTally:
         self.input_estimate = estimate_tokens(history) + estimate_tokens(system_prompt)
         self.reported: UsageEvent | None = None
         self.produced = 0
+        self.terminal: DoneEvent | ErrorEvent | None = None
 
     def start(self) -> None:
-        self.reported, self.produced = None, 0
+        self.reported, self.produced, self.terminal = None, 0, None
 
     def see(self, event: Any) -> None:
-        if isinstance(event, UsageEvent):
+        if isinstance(event, (DoneEvent, ErrorEvent)):
+            self.terminal = event
+        elif isinstance(event, UsageEvent):
             self.reported = event
         elif isinstance(event, (DeltaEvent, ReasoningEvent)):
             self.produced += len(event.content)
@@ -122,7 +126,14 @@ class _RoundTally:
             self.produced += len(event.args)
 
     def usage(self) -> tuple[dict[str, Any] | None, bool]:
-        return round_usage(self.reported, produced_chars=self.produced, input_estimate=self.input_estimate)
+        return round_usage(self.reported, produced_chars=self.produced, input_estimate=self.input_estimate,
+                           reached=reached_provider(self.terminal))
+
+    def sent(self) -> bool:
+        """Whether the round's request went to the provider: not when jxai refused it itself
+        (``quota-exceeded`` from :class:`~jxai_app.turns.roundquota.RoundQuota`), which is no
+        provider request for the ledger's counts."""
+        return not (isinstance(self.terminal, ErrorEvent) and self.terminal.code == "quota-exceeded")
 
     def grow(self, message: dict[str, Any] | None) -> None:
         if message:
@@ -316,7 +327,7 @@ class TurnRunner:
                 self._lost()
             else:
                 await self._save(recorder.record_usage, usage, estimated=estimated,
-                                 failed=event.stop_reason == "error")
+                                 failed=event.stop_reason == "error" and self._tally.sent())
             self._tally.grow(event.message)
         elif isinstance(event, ToolStartEvent):
             self._event(event.to_dict())
@@ -335,6 +346,7 @@ class TurnRunner:
         elif isinstance(event, (DoneEvent, ErrorEvent)):
             if isinstance(event, ErrorEvent):
                 self._error = event
+            self._tally.see(event)
             self._event(event.to_dict())
         else:
             self._tally.see(event)

@@ -17,19 +17,6 @@ from tests.support.fake_provider import FakeProvider, Script, openai_chunk
 __all__ = ["calls_script", "require_approval", "tool_replies", "tools"]
 
 
-@pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    """``probe`` registered (JXAI_TOOL_MODULES) and requiring approval; needs the ``fake``
-    provider fixture."""
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
-    require_approval("probe")
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()
-
-
 def calls_script(*calls: tuple[str, str, dict[str, Any]]) -> Script:
     """One provider round calling every ``(call_id, name, args)`` of ``calls``, in order."""
     writes = [openai_chunk({"role": "assistant", "content": None})]
@@ -52,3 +39,16 @@ def tool_replies(provider: FakeProvider, request_index: int) -> dict[str, Any]:
     """The ``tool`` messages of one request the provider received, by call id, parsed."""
     messages = provider.requests[request_index].json["messages"]
     return {m["tool_call_id"]: json.loads(m["content"]) for m in messages if m["role"] == "tool"}
+
+
+@pytest.fixture
+def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
+    """``probe`` registered (JXAI_TOOL_MODULES) and requiring approval, once the test module's
+    ``fake`` provider is the model."""
+    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
+    conf.reset_caches()
+    ws_tools.CALLS.clear()
+    require_approval("probe")
+    yield
+    ws_tools.CALLS.clear()
+    conf.reset_caches()

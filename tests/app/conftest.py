@@ -107,6 +107,14 @@ def wall_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 
 @pytest.fixture
+def no_answer_reserve(settings: Any) -> None:
+    """``JXAI_RESERVE_OUTPUT_TOKENS = 0``: a request reserves only its prompt estimate, so
+    quota tests with allowances of tens of tokens admit a request while its prompt fits (the
+    reservation itself: tests/app/test_quota_reservations.py)."""
+    settings.JXAI_RESERVE_OUTPUT_TOKENS = 0
+
+
+@pytest.fixture
 def user(django_user_model: Any) -> Any:
     return django_user_model.objects.create_user("alice")
 

@@ -75,8 +75,9 @@ async def test_limits_are_per_user(fake: FakeProvider, token: str, user: Any, ot
     assert (await _turn(other_token, fake)).status_code == 200
 
 
-async def test_the_daily_quota_counts_reported_usage_and_renews_at_midnight(fake: FakeProvider, token: str,
-                                                                            user: Any, wall_clock: FakeClock) -> None:
+async def test_the_daily_quota_counts_reported_usage_and_renews_at_midnight(
+    fake: FakeProvider, token: str, user: Any, wall_clock: FakeClock, no_answer_reserve: None,
+) -> None:
     await UserLimits.objects.acreate(user=user, tokens_per_day=100)
     assert (await _turn(token, fake, usage={"prompt_tokens": 80, "completion_tokens": 30})).status_code == 200
     assert await database_sync_to_async(ratelimit.tokens_used_today)(user) == 110
@@ -123,7 +124,8 @@ def test_the_ledger_survives_a_cache_clear(user: Any, wall_clock: FakeClock) -> 
     assert ratelimit.tokens_used_today(user) == 1000
 
 
-def test_a_refused_turn_takes_no_slot_and_quota_is_checked_first(user: Any, wall_clock: FakeClock) -> None:
+def test_a_refused_turn_takes_no_slot_and_quota_is_checked_first(user: Any, wall_clock: FakeClock,
+                                                                 no_answer_reserve: None) -> None:
     from django.core.cache import cache
 
     cache.clear()

@@ -11,7 +11,6 @@ database, a FakeProvider on 127.0.0.1 as the model, ``probe`` requiring approval
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,16 +18,16 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from jxai_app import conf
 from jxai_app.core.streaming.proxy import ProxyChatClient
 from jxai_app.models import ApiToken, Conversation, ToolCall
 from tests.app import ws_tools
 from tests.app.apisupport import CHAT, bearer, fake, frames, problem_of, read_all, token  # noqa: F401  (fixtures)
-from tests.app.approval_support import calls_script, require_approval, tool_replies, tools  # noqa: F401  (fixture)
+from tests.app.approval_support import calls_script, tool_replies, tools  # noqa: F401  (fixture)
 from tests.app.turns_support import hub, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
 
 
 async def _post(conversation: str, payload: dict[str, Any], key: str) -> Any:

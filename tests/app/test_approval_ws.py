@@ -10,20 +10,19 @@ on 127.0.0.1 (its requests are what the model received), the deployment's tool r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from jxai_app import conf
 from jxai_app.models import ApprovalState, Conversation, Message, ToolCall
 from tests.app import ws_tools
-from tests.app.approval_support import calls_script, require_approval, tool_replies, tools  # noqa: F401  (fixture)
+from tests.app.approval_support import calls_script, tool_replies, tools  # noqa: F401  (fixture)
 from tests.app.turns_support import Tab, fake, hub, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
 
 
 def _paused(cid: str) -> Any:

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from jxai_app import store
-from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus, ToolCall
+from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
 from tests.app.conftest import start_streaming, watch_one_turn
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
     DOWN_MODEL, MODEL, Tab, assert_in_order, fake, hub, text_script, tool_script,

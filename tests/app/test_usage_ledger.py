@@ -21,7 +21,7 @@ from jxai_app.policy import ratelimit
 
 from jxai_app.policy import usage
 from jxai_app.core.errors import ProblemError
-from jxai_app.models import TurnAdmission, UsageLedger, UserLimits
+from jxai_app.models import TokenReservation, TurnAdmission, UsageLedger, UserLimits
 from tests.app.conftest import NOON, FakeClock
 from tests.support.database import database_url
 
@@ -64,7 +64,7 @@ def test_no_user_records_nothing(wall_clock: FakeClock) -> None:
 
 
 @pytest.mark.django_db
-def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, wall_clock: FakeClock) -> None:
+def test_days_are_utc_and_the_quota_renews_at_midnight(user: Any, wall_clock: FakeClock, no_answer_reserve: None) -> None:
     UserLimits.objects.create(user=user, tokens_per_day=50, turns_per_minute=0)
     wall_clock.now = datetime(2025, 3, 4, 23, 59, 58, tzinfo=timezone.utc).timestamp()
     ratelimit.record_usage(user, {"inputTokens": 50, "outputTokens": 0}, estimated=False)
@@ -156,9 +156,9 @@ def test_ledger_add_survives_losing_the_insert_race(user: Any, monkeypatch: pyte
 
 
 # -- several worker processes ------------------------------------------------------------
-def _run_workers(mode: str, user: Any, processes: int, count: int) -> list[str]:
+def _run_workers(mode: str, user: Any, processes: int, count: int, **extra_env: str) -> list[str]:
     env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict),
-           "DJANGO_SETTINGS_MODULE": "project.settings"}
+           "DJANGO_SETTINGS_MODULE": "project.settings", **extra_env}
     workers = [subprocess.Popen([sys.executable, "-m", "tests.app.usage_worker", mode, str(user.pk), str(count)],
                                 cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                for _ in range(processes)]
@@ -195,6 +195,18 @@ def test_several_processes_never_admit_more_than_the_limit(user: Any) -> None:
     refused = sum(int(line.split()[3]) for line in outputs)
     assert (admitted, refused) == (7, 13)
     assert TurnAdmission.objects.filter(user=user).count() == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_several_processes_never_reserve_more_than_the_quota(user: Any) -> None:
+    """Issue 14 item 4 across processes: with room for exactly 7 reservations of 100 + 300
+    tokens, 4 processes asking 5 times each at once admit 7 (docs/security.md "Quota reservations")."""
+    UserLimits.objects.create(user=user, turns_per_minute=0, tokens_per_day=7 * 400 + 399)
+    outputs = _run_workers("quota", user, processes=4, count=5, JXAI_RESERVE_OUTPUT_TOKENS="300")
+    admitted = sum(int(line.split()[1]) for line in outputs)
+    refused = sum(int(line.split()[3]) for line in outputs)
+    assert (admitted, refused) == (7, 13)
+    assert list(TokenReservation.objects.filter(user=user).values_list("tokens", flat=True)) == [400] * 7
 
 
 # -- admin ---------------------------------------------------------------------------------

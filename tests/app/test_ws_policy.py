@@ -135,7 +135,7 @@ async def test_the_per_turn_call_cap_holds_in_a_live_turn_and_the_next_turn_star
 
 # -- quotas and rate limits (item 3) ------------------------------------------------------
 async def test_quota_exhausted_mid_day_refuses_that_user_only_and_saves_nothing(
-    user: Any, other_user: Any, fake: FakeProvider, hub: Any, noon: None
+    user: Any, other_user: Any, fake: FakeProvider, hub: Any, noon: None, no_answer_reserve: None
 ) -> None:
     await UserLimits.objects.acreate(user=user, tokens_per_day=1000)
     await UserLimits.objects.acreate(user=other_user, tokens_per_day=1000)
@@ -161,7 +161,7 @@ async def test_quota_exhausted_mid_day_refuses_that_user_only_and_saves_nothing(
 
 
 async def test_usage_of_a_live_turn_counts_and_the_next_send_is_refused(
-    user: Any, fake: FakeProvider, hub: Any, noon: None
+    user: Any, fake: FakeProvider, hub: Any, noon: None, no_answer_reserve: None
 ) -> None:
     await UserLimits.objects.acreate(user=user, tokens_per_day=100)
     fake.add(text_script(["Long answer."], usage={"prompt_tokens": 80, "completion_tokens": 30}))

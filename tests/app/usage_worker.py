@@ -4,7 +4,9 @@ Usage: ``DATABASE_URL=… python -m tests.app.usage_worker MODE USER_ID COUNT``;
 ``READY``, waits for a line on stdin (so every worker starts together), then
 
 - ``usage``: records ``COUNT`` requests of 3 input + 2 output tokens (odd ones estimated);
-- ``turns``: asks ``COUNT`` times for a turn and prints ``ADMITTED <n> REFUSED <m>``.
+- ``turns``: asks ``COUNT`` times for a turn and prints ``ADMITTED <n> REFUSED <m>``;
+- ``quota``: the same for requests of a 100-token prompt, whose reservations the daily
+  quota must hold (``JXAI_RESERVE_OUTPUT_TOKENS`` from the environment).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def main(mode: str, user_id: str, count: str) -> None:
             ratelimit.record_usage(user, {"inputTokens": 3, "outputTokens": 2}, estimated=bool(i % 2))
         else:
             try:
-                ratelimit.check_turn_allowed(user)
+                ratelimit.check_turn_allowed(user, prompt_tokens=100 if mode == "quota" else 0)
                 admitted += 1
             except ProblemError:
                 refused += 1

@@ -52,9 +52,12 @@ class AgentPolicy:
     """Calls of one round run at the same time at most."""
     tool_timeout: float | None = None
     """Seconds; a backstop over the registry's own per-tool timeout (``None``: none)."""
+    max_tool_calls_per_round: int = 20
+    """Calls of one round that run; later ones get a failed result without running
+    (docs/agent.md "Tool calls")."""
 
     def __post_init__(self) -> None:
-        for name in ("max_tool_rounds", "max_rounds", "tool_concurrency"):
+        for name in ("max_tool_rounds", "max_rounds", "tool_concurrency", "max_tool_calls_per_round"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"AgentPolicy.{name} must be an integer of at least 1, not {value!r}")

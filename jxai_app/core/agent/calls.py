@@ -15,10 +15,16 @@ from jxai_app.core.agent.base import AgentPolicy, ContextFactory, ToolSource
 from jxai_app.core.agent.events import Decision, ToolResultEvent, ToolStartEvent
 from jxai_app.core.tools.invoke import parse_arguments
 
-__all__ = ["NOT_RUN", "Tally", "needs_approval", "run_calls", "run_decided"]
+__all__ = ["NOT_RUN", "Tally", "needs_approval", "over_cap", "run_calls", "run_decided"]
 
 NOT_RUN = "Not run: the turn was stopped before this call started."
 """Error text of a call skipped because Stop arrived first."""
+
+
+def over_cap(asked: int, cap: int) -> str:
+    """Error text of a call past ``max_tool_calls_per_round`` (model- and user-visible)."""
+    return (f"Not run: this reply asked for {asked} tool calls and at most {cap} run in one round; "
+            "ask for fewer at a time.")
 
 
 def _failed(error: str) -> dict[str, Any]:
@@ -95,16 +101,24 @@ class Tally:
 
 
 async def run_calls(calls: list[Call], tools: ToolSource | None, context_factory: ContextFactory,
-                    policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally
+                    policy: AgentPolicy, stopped: Callable[[], bool], tally: Tally, *, held: int = 0
                     ) -> AsyncGenerator[ToolStartEvent | ToolResultEvent, None]:
     """Run one round's calls, at most ``tool_concurrency`` at a time; Stop is checked as each
     call acquires its slot (a call not started when Stop arrives gets :data:`NOT_RUN` at once;
-    a running one finishes). Yields ``tool_start`` as calls start and ``tool_result`` in call
-    order. Closing the iterator early cancels the calls still running."""
+    a running one finishes). Calls past ``max_tool_calls_per_round`` never run: each gets the
+    failed result :func:`over_cap` at once. ``held``: calls of the round left out of ``calls``
+    because they wait for approval, all within the cap (they count toward it; docs/agent.md
+    "Tool calls"). Yields ``tool_start`` as calls start and ``tool_result`` in call order.
+    Closing the iterator early cancels the calls still running."""
     queue: asyncio.Queue[tuple[int, dict[str, Any] | None]] = asyncio.Queue()
     slots = asyncio.Semaphore(policy.tool_concurrency)
+    cap = policy.max_tool_calls_per_round
+    limit = cap - held
 
     async def run(index: int, call: Call) -> None:
+        if index >= limit:
+            queue.put_nowait((index, _failed(over_cap(len(calls) + held, cap))))
+            return
         async with slots:
             if stopped():
                 queue.put_nowait((index, _failed(NOT_RUN)))

@@ -193,10 +193,12 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
             yield end("complete", None)
             return
 
-        waiting = [call for call in current.calls if needs_approval(call, tools)]
+        # a call past the round's cap never runs, so it never waits for approval either
+        waiting = [call for call in current.calls[:policy.max_tool_calls_per_round] if needs_approval(call, tools)]
         tally = Tally()
         runnable = [call for call in current.calls if call not in waiting]
-        async with aclosing(run_calls(runnable, tools, context_factory, policy, stopped, tally)) as events:
+        async with aclosing(run_calls(runnable, tools, context_factory, policy, stopped, tally,
+                                      held=len(waiting))) as events:
             async for item in events:
                 if isinstance(item, ToolResultEvent):
                     appended.append(item.message)

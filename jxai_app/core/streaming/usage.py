@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jxai_app.core.streaming.events import UsageEvent
+from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, UsageEvent
 
 
 def token_count(value: Any) -> int | None:
@@ -69,3 +69,15 @@ def usage_from(usage: Any, input_name: str, output_name: str) -> UsageEvent | No
         reasoning=output_details.get("reasoning_tokens") if type(output_details) is dict else None,
         total=usage.get("total_tokens"),
     )
+
+
+def reached_provider(terminal: DoneEvent | ErrorEvent | None) -> bool:
+    """Whether a model request ending with ``terminal`` counts as having reached the provider
+    (docs/security.md "Quota reservations"): every request does — finished, stopped, cut off,
+    timed out, failed on the network — except one the provider refused with an HTTP status
+    (an ``error`` whose code is a number: nothing was generated or billed) and one jxai
+    refused itself before sending it (``quota-exceeded``)."""
+    if not isinstance(terminal, ErrorEvent):
+        return True
+    code = terminal.code or ""
+    return not (code.isdigit() or code == "quota-exceeded")

@@ -11,6 +11,8 @@
 const RESYNC_RETRY_MS = 2000;
 const UNAUTHENTICATED = 4401;
 const GOING_AWAY = 4001;  // the server drains for a deploy (docs/websocket.md)
+const TOO_MANY_SOCKETS = 4429;  // this user holds JXAI_MAX_SOCKETS_PER_USER sockets already
+const TOO_MANY_RETRY_MS = 30000;
 
 /**
  * A websocket that reconnects. Frames are JSON objects.
@@ -52,8 +54,10 @@ export class Connection {
       // 4401: the server saw no logged-in user (logged out, session expired).
       if ((event.code === UNAUTHENTICATED || this.failures >= 3) && this.onGiveUp) this.onGiveUp(this.failures);
       // 4001: the server is shutting down after finishing its turns; another one answers now.
+      // 4429: too many of the user's tabs are open (the error frame said so): try again slowly.
       const delay = event.code === GOING_AWAY && this.failures === 1 ? 0
-        : Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
+        : event.code === TOO_MANY_SOCKETS ? TOO_MANY_RETRY_MS
+          : Math.min(10000, 500 * 2 ** Math.min(this.failures - 1, 5));
       this.timer = setTimeout(() => this.connect(), delay);
     });
   }

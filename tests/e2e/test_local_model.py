@@ -10,7 +10,8 @@ One llama-cpp-python server (``jxai_app.ops.localmodel``) serves Gemma 3 270M on
   model answers in text;
 * the app's two local aliases, as ``conf`` builds them: the calculator alias computes "What is
   12 times 7?" with the tool and answers 84, and calls no tool for "What is the capital of
-  Italy?"; answers never start with whitespace, turn after turn;
+  Italy?"; the notes alias streams a ``save_note`` call (its schema as llama.cpp's grammar);
+  answers never start with whitespace, turn after turn;
 * ``manage.py runlocalmodel`` and ``python -m jxai_app.devtools.run`` start, answer, and leave
   no process behind after SIGINT / SIGTERM.
 
@@ -164,6 +165,27 @@ async def test_the_calculator_alias_computes_12_times_7_and_leaves_the_capital_o
     assert isinstance(end, TurnEndEvent) and end.outcome == "complete", end
     assert not [e for e in events if isinstance(e, ToolCallStartEvent)], events  # no arithmetic: not forced
     assert [m["role"] for m in end.appended] == ["assistant"] and end.appended[0]["content"].strip()
+
+
+async def test_the_notes_alias_calls_save_note_and_the_server_lives_on(server: localmodel.LocalModelServer) -> None:
+    """The notes alias forces ``save_note``; llama.cpp turns the tool's schema into a grammar.
+    A ``maxLength`` of 2000 in that schema made it refuse the grammar and crash (SIGSEGV): the
+    call must stream with its text, and the server answer the next request."""
+
+    async def save(owner: Any, text: str) -> dict[str, Any]:
+        return {"id": 1, "text": text, "created_at": "now"}
+
+    tools = default_registry(save_note=save).list_for_llm()
+    client = alias_client(server, conf.LOCAL_NOTES_ALIAS)
+    events = await collect(client.stream_chat(
+        [{"role": "user", "content": "Save a note: buy milk and eggs."}], tools, SYSTEM))
+    starts = [e for e in events if isinstance(e, ToolCallStartEvent)]
+    assert [s.name for s in starts] == ["save_note"], events
+    assert isinstance(events[-1], DoneEvent) and events[-1].stop_reason == "tool_calls", events[-1]
+    assert server.running()
+    events = await collect(local_client(server).stream_chat(
+        [{"role": "user", "content": "What is the capital of Spain?"}], [], SYSTEM))
+    assert isinstance(events[-1], DoneEvent), events[-1]
 
 
 async def test_answers_start_with_no_whitespace_turn_after_turn(server: localmodel.LocalModelServer) -> None:

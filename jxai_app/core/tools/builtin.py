@@ -414,7 +414,10 @@ def make_search_conversations_tool(search: SearchFunction) -> ToolDefinition:
 # --- a note in the requesting user's own notes (the approval demonstration) ---------------
 
 MAX_NOTE_CHARS = 2000
-"""The longest note ``save_note`` writes, in characters."""
+"""The longest note ``save_note`` writes, in characters. Checked in the tool, not as the
+schema's ``maxLength``: llama.cpp's server turns the schema into a grammar for its tool call,
+and a ``maxLength`` of 2000 repeats a rule past what its grammar parser accepts (it refused the
+grammar and crashed; docs/approval.md "The demonstration tool")."""
 SaveNoteFunction = Callable[[Any, str], Any]
 """``save(owner, text)`` → the saved note as a JSON-ready dict (async)."""
 
@@ -431,13 +434,15 @@ def make_save_note_tool(save: SaveNoteFunction) -> ToolDefinition:
 
     @tool(name="save_note", timeout=15.0)
     async def save_note(
-        text: Annotated[str, "The note to keep, in a sentence or two.", {"minLength": 1, "maxLength": MAX_NOTE_CHARS}],
+        text: Annotated[str, "The note to keep, in a sentence or two.", {"minLength": 1}],
         context: ToolContext,
     ) -> dict[str, Any]:
         """Save a short note to the user's own notes (the user approves each note first)."""
         owner = context.user
         if owner is None or not getattr(owner, "is_authenticated", False):
             return tool_error("save_note needs a logged-in user.")
+        if len(text) > MAX_NOTE_CHARS:
+            return tool_error(f"A note is at most {MAX_NOTE_CHARS} characters; this one has {len(text)}.")
         note = await save(owner, text.strip())
         return tool_success(note, summary=f"saved note {note.get('id')}")
 

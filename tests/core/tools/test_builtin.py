@@ -15,7 +15,7 @@ import pytest
 
 from jxai_app.core.tools import ToolContext, default_registry, make_search_conversations_tool
 from jxai_app.core.tools.builtin import (
-    ARITHMETIC_PATTERN, MAX_EXPRESSION_CHARS, MAX_INT_BITS, MAX_ROUND_DIGITS, evaluate_expression,
+    ARITHMETIC_PATTERN, MAX_EXPRESSION_CHARS, MAX_INT_BITS, MAX_NOTE_CHARS, MAX_ROUND_DIGITS, evaluate_expression,
 )
 
 
@@ -337,3 +337,24 @@ async def test_an_async_search_is_awaited() -> None:
 def test_default_registry_contents() -> None:
     assert [d.name for d in default_registry().list()] == ["current_datetime", "calculate"]
     assert [d.name for d in default_registry(search=Recorder()).list()] == ["current_datetime", "calculate", "search_conversations"]
+
+
+async def test_a_note_longer_than_the_limit_is_refused_in_the_tool_not_the_schema() -> None:
+    """``save_note``'s length limit is checked by the tool: its schema carries no ``maxLength``,
+    which llama.cpp's grammar for the call could not take (MAX_NOTE_CHARS's docstring)."""
+    saved: list[str] = []
+
+    async def save(owner: Any, text: str) -> dict[str, Any]:
+        saved.append(text)
+        return {"id": len(saved), "text": text, "created_at": "now"}
+
+    class Owner:
+        is_authenticated = True
+
+    registry = default_registry(save_note=save)
+    schema = registry.get_definition("save_note").parameters["properties"]["text"]  # type: ignore[union-attr]
+    assert "maxLength" not in schema
+    too_long = await registry.execute("save_note", f'{{"text": "{"x" * (MAX_NOTE_CHARS + 1)}"}}', ToolContext(user=Owner()))
+    assert too_long["success"] is False and str(MAX_NOTE_CHARS) in too_long["error"] and saved == []
+    fits = await registry.execute("save_note", f'{{"text": "{"x" * MAX_NOTE_CHARS}"}}', ToolContext(user=Owner()))
+    assert fits["success"] is True and saved == ["x" * MAX_NOTE_CHARS]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 SEARCH_INDEX = "jxai_msg_content_search"
 """GIN index of the messages' full-text vector, PostgreSQL only (docs/store.md "Search"): the
-search's ``to_tsvector('english', content)`` expression, so a search over many messages reads
+search's ``to_tsvector('english', left(content, 100000))`` expression, so a search over many messages reads
 the index. Not in the model's Meta: other databases have no such index and the search there is
 a substring match."""
 
@@ -14,9 +14,12 @@ a substring match."""
 def _search_index():
     from django.contrib.postgres.indexes import GinIndex
     from django.contrib.postgres.search import SearchVector
+    from django.db.models.functions import Left
 
-    # "english": jxai_app.store.search.SEARCH_CONFIG when this was written (a migration keeps its own copy)
-    return GinIndex(SearchVector("content", config="english"), name=SEARCH_INDEX)
+    # "english" and 100000: jxai_app.store.search.SEARCH_CONFIG and SEARCH_PREFIX_CHARS when this
+    # was written (a migration keeps its own copy; a tsvector over 1 MB is refused, so the
+    # expression reads a bounded prefix of each message)
+    return GinIndex(SearchVector(Left("content", 100000), config="english"), name=SEARCH_INDEX)
 
 
 def add_search_index(apps, schema_editor):

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from django.db import connection
 from django.db.models import Case, FloatField, IntegerField, Q, QuerySet, Value, When
+from django.db.models.functions import Left
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus
 from jxai_app.store.common import invalid, owned
@@ -26,6 +27,11 @@ MAX_QUERY_CHARS: Final[int] = 500
 """Longest query the page's search takes."""
 SEARCH_CONFIG: Final[str] = "english"
 """PostgreSQL text search configuration (stemming: "recipes" finds "recipe")."""
+SEARCH_PREFIX_CHARS: Final[int] = 100_000
+"""Full-text search reads the first this many characters of a text (docs/store.md "Search"):
+PostgreSQL refuses a ``tsvector`` over 1 MB, which a long answer's whole text can exceed (so
+saving it would fail under the index, and a search reading it would fail too). The index of
+migration 0005 is built on the same expression."""
 
 
 def _full_text() -> bool:
@@ -39,7 +45,7 @@ def _matches(rows: QuerySet[Any], field: str, text: str) -> QuerySet[Any]:
         return rows.filter(**{f"{field}__icontains": text}).annotate(rank=Value(1.0, output_field=FloatField()))
     from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 
-    vector = SearchVector(field, config=SEARCH_CONFIG)
+    vector = SearchVector(Left(field, SEARCH_PREFIX_CHARS), config=SEARCH_CONFIG)
     query = SearchQuery(text, config=SEARCH_CONFIG, search_type="websearch")
     return rows.annotate(document=vector).filter(document=query).annotate(rank=SearchRank(vector, query))
 

@@ -88,7 +88,24 @@ def test_the_match_is_full_text_on_postgresql_and_a_substring_elsewhere(user: An
         indexes = connection.introspection.get_constraints(cursor, Message._meta.db_table)
     if connection.vendor == "postgresql":
         assert found("bake") and found("BREADS") and found('"baking bread"') and not found("bak")
-        assert indexes["jxai_msg_content_search"]["type"] == "gin"      # the full-text index (migration 0003)
+        assert indexes["jxai_msg_content_search"]["type"] == "gin"      # the full-text index (migration 0005)
     else:
         assert found("bak") and found("BREAD") and not found("bake")
         assert "jxai_msg_content_search" not in indexes
+
+
+def test_an_answer_over_a_megabyte_is_saved_and_searched_by_its_beginning(user: Any, clock: FakeClock) -> None:
+    """PostgreSQL refuses a tsvector over 1 MB: the full-text expression (and its index) reads
+    the first SEARCH_PREFIX_CHARS characters, so such an answer saves, and a search reading it
+    works (docs/store.md "Search")."""
+    from django.db import connection
+
+    from jxai_app.store.search import SEARCH_PREFIX_CHARS
+
+    words = " ".join(f"w{i}" for i in range(300_000))  # 2.3 MB of distinct words
+    assert len(words) > 2 * 1024 * 1024 and words.index("w5000 ") < SEARCH_PREFIX_CHARS
+    _exchange(user, clock, "Say many words", f"early {words} lateword")
+    assert Message.objects.get(role="assistant").content.endswith("lateword")
+    assert [r["role"] for r in store.message_search(owner=user, query="early")] == ["assistant"]
+    late = store.message_search(owner=user, query="lateword")
+    assert late == [] if connection.vendor == "postgresql" else [r["role"] for r in late] == ["assistant"]

@@ -1,5 +1,5 @@
 """The approval card in a real browser (issue 16, docs/approval.md): the built-in ``save_note``
-tool waits for the user's approval (its policy row, as migration 0003 makes it); the card
+tool waits for the user's approval (its policy row, as migration 0004 makes it); the card
 shows the call's name and arguments with Approve and Deny, survives a reload, and after
 Approve the tool runs and the card is an ordinary tool card.
 """
@@ -46,4 +46,26 @@ def test_approve_a_note_from_its_card_after_a_reload(logged_in: Any) -> None:
     [note] = Note.objects.all()
     [conversation] = Conversation.objects.all()
     assert (note.text, note.owner_id) == ("Buy oat milk", conversation.owner_id)  # the user's own notes
+    assert_clean(tab)
+
+
+def test_a_denied_call_says_denied_live_and_after_a_reload(logged_in: Any) -> None:
+    ToolPolicy.objects.update_or_create(tool_name="save_note", defaults={"requires_approval": "always"})
+    tab = logged_in()
+    page = tab.page
+    send(tab, "[note] Sell the car")
+    card = page.get_by_test_id("tool-call").first
+    card.get_by_test_id("approval-card").wait_for()
+    card.get_by_test_id("approval-reason").fill("not now")
+    card.get_by_test_id("deny").click()
+    card.get_by_test_id("approval-card").wait_for(state="detached")
+    wait_idle(tab)
+    expect_denied = lambda: (card.get_attribute("data-state"), card.get_by_test_id("tool-status").inner_text())  # noqa: E731
+    assert expect_denied() == ("denied", "denied")
+    assert "The user denied this call: not now" in card.get_by_test_id("tool-result").text_content()
+    reload(tab)
+    card = page.get_by_test_id("tool-call").first
+    card.get_by_test_id("tool-result").wait_for(state="attached")
+    assert expect_denied() == ("denied", "denied")
+    assert not Note.objects.exists()
     assert_clean(tab)

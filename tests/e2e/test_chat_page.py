@@ -103,6 +103,8 @@ def test_stop_mid_stream_stops_the_answer_and_drops_it(logged_in: Any) -> None:
     wait_idle(tab, timeout=5_000)
     assert time.monotonic() - started < 3.0
     answer.get_by_text("partial answer was not saved").wait_for()
+    assert not answer.get_by_test_id("feedback-down").is_visible()  # nothing saved to rate
+    assert answer.get_by_test_id("copy-message").is_visible()        # what was shown can be copied
     seen = slow_words(assistant_text(tab))
     assert seen == list(range(len(seen))) and 12 < len(seen) < SLOW_WORDS
     page.wait_for_timeout(600)                                       # nothing more arrives

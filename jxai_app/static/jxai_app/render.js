@@ -177,6 +177,8 @@ const CARD_STATES = {
   failure: "failed",
   approval: "waiting for your approval",
   approved: "approved, running…",
+  denied: "denied",
+  expired: "expired: not approved in time",
 };
 
 /** A tool call card: name, arguments, result, state. */
@@ -230,7 +232,9 @@ export function setCardResult(card, result, success) {
   if (result && typeof result === "object" && typeof result.summary === "string" && result.summary) {
     box.querySelector("summary").textContent = `Result: ${result.summary}`;
   }
-  setCardState(card, success === false ? "failure" : "success");
+  // A call the user denied (or let expire) failed because of that: the card says which.
+  const refused = ["denied", "expired"].includes(card.dataset.approval) ? card.dataset.approval : "failure";
+  setCardState(card, success === false ? refused : "success");
 }
 
 /**
@@ -241,6 +245,7 @@ export function setCardResult(card, result, success) {
  * @param {{state: string, decidedBy: ?string, reason: string}|null} approval
  */
 export function setCardApproval(card, approval, onDecide) {
+  if (approval) card.dataset.approval = approval.state; // kept when a result clears the box (`null`)
   let box = card.querySelector(":scope > .tool-approval");
   const waiting = approval && approval.state === "awaiting_approval";
   if (!waiting) {

@@ -288,7 +288,7 @@ export class Transcript {
       live.node.removeAttribute("aria-busy");
       if (live.reasoning) setReasoning(live.node, live.reasoning, false);
       for (const card of live.cards.values()) {
-        if (!["success", "failure", "approval"].includes(card.dataset.state)) setCardState(card, "failure");
+        if (!["success", "failure", "approval", "denied", "expired"].includes(card.dataset.state)) setCardState(card, "failure");
       }
       this.hideIfEmpty(live.node);
     }
@@ -296,6 +296,8 @@ export class Transcript {
     if (event.outcome === "cancelled") {
       // The partial answer (if any) stays on screen, marked; the server dropped it.
       if (last && !partsOf(last.node).note.textContent) setNote(last.node, STOPPED_NOTE, "stopped");
+      if (last) last.node.classList.add("unsaved"); // nothing to give feedback on
+
     } else if ((event.outcome === "empty" || event.outcome === "cap_failed") && event.message) {
       const node = last ? last.node : assistantMessage(null);
       if (!last) this.place(node);

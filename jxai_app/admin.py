@@ -319,11 +319,13 @@ class ConversationAdmin(DeclaredFiltersOnly):
                        for c in m.tool_calls.all()]}
             for m in active_path(conversation).messages
         ]
+        total = conversation.messages.count()
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts, "title": f"Transcript: {conversation.title or conversation.pk}",
             "conversation": conversation,
             "entries": entries, "original": conversation,
+            "total_messages": total, "other_branches": total - len(entries),
         }
         return TemplateResponse(request, "admin/jxai_app/conversation/transcript.html", context)
 

@@ -214,3 +214,21 @@ def test_limits_and_policies_are_editable(django_user_model: Any, user: Any) -> 
     for name in ("userlimits", "toolpolicy", "apitoken"):
         assert client.get(reverse(f"admin:jxai_app_{name}_changelist")).status_code == 200
     assert client.get(reverse("admin:jxai_app_conversation_add")).status_code == 403
+
+
+def test_the_transcript_says_when_messages_are_on_other_branches(reader: Any, user: Any) -> None:
+    """The transcript is the active path (docs/store.md "Branches"); when an edit or a
+    regenerate left other branches, it says how many messages it does not show."""
+    from jxai_app.models import Message
+    from tests.support.chain import messages_chain
+
+    conversation = Conversation.objects.create(owner=user, model="m", title="branches")
+    question, _ = messages_chain(conversation, {"role": "user", "content": "first try"},
+                                 {"role": "assistant", "content": "first answer"})
+    url = reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])
+    assert 'data-testid="transcript-branches"' not in _client(reader).get(url).content.decode()
+    edited = Message.objects.create(conversation=conversation, position=2, role="user", content="second try")
+    Conversation.objects.filter(pk=conversation.pk).update(active_leaf=edited)
+    body = _client(reader).get(url).content.decode()
+    assert "second try" in body and "first try" not in body
+    assert 'data-testid="transcript-branches"' in body and "1 of 3 messages" in body

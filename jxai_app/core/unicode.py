@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["REPLACEMENT", "first_unclean_path", "is_clean", "replace_unclean"]
+__all__ = ["REPLACEMENT", "first_unclean_path", "is_clean", "replace_unclean", "replace_unclean_in"]
 
 REPLACEMENT: Final[str] = "\ufffd"
 _UNCLEAN: Final[re.Pattern[str]] = re.compile("[\x00\ud800-\udfff]")
@@ -26,6 +26,19 @@ def is_clean(text: str) -> bool:
 def replace_unclean(text: str) -> str:
     """``text`` with every NUL and lone surrogate replaced by U+FFFD."""
     return _UNCLEAN.sub(REPLACEMENT, text)
+
+
+def replace_unclean_in(value: Any) -> Any:
+    """A copy of a JSON-like ``value`` (dicts, lists, tuples, strings, scalars) with
+    :func:`replace_unclean` applied to every string, object keys included; other values as
+    they are. For a transport that encodes UTF-8 strictly (msgpack in ``channels_redis``)."""
+    if isinstance(value, str):
+        return replace_unclean(value)
+    if isinstance(value, Mapping):
+        return {replace_unclean_in(key): replace_unclean_in(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [replace_unclean_in(item) for item in value]
+    return value
 
 
 def first_unclean_path(value: Any, path: str = "") -> str | None:

@@ -35,6 +35,7 @@ import logging
 import uuid
 from typing import Any, Awaitable, Callable, Protocol
 
+from jxai_app.core.unicode import replace_unclean_in
 from jxai_app.ops import metrics
 from jxai_app.turns.framing import MAX_FRAME_BYTES, encode, json_bytes, pieces
 
@@ -286,7 +287,10 @@ class LayerDelivery(LocalDelivery):
 
     async def _group_send(self, message: dict[str, Any]) -> bool:
         try:
-            await self.layer.group_send(BROADCAST_GROUP, {**message, "origin": self.worker_id})
+            try:
+                await self.layer.group_send(BROADCAST_GROUP, {**message, "origin": self.worker_id})
+            except UnicodeEncodeError:  # a lone surrogate of model output: the layer encodes UTF-8 strictly
+                await self.layer.group_send(BROADCAST_GROUP, {**replace_unclean_in(message), "origin": self.worker_id})
             return True
         except Exception as exc:
             metrics.LAYER_PUBLISH_FAILURES.inc()

@@ -280,6 +280,7 @@ async def test_nul_and_lone_surrogates_from_the_provider_are_saved_replaced_and_
     await tab.send(type="send", conversationId=None, text="Say something odd.")
     assert (await _final(tab))["status"] == "idle"
     assert tab.text() == "nul\x00 and \ud800 lone"  # streamed as sent, the surrogate escaped on the wire
+    assert hub.delivery.up  # the channel layer carried it too (replaced there: it encodes UTF-8 strictly)
     cid = tab.frames[0]["conversation"]["id"]
     assert (await saved(cid))[-1] == ("assistant", "nul\ufffd and \ufffd lone", "complete")
 

@@ -186,7 +186,7 @@ function adoptNewConversation(conversationId) {
 function applySnapshot(frame) {
   const conversation = frame.conversation;
   if (conversation) upsertConversation(conversation);
-  transcript.clear();
+  transcript.clear({ keepPending: state.turnPending });
   for (const message of frame.messages || []) transcript.applySaved(message);
   const turn = frame.turn;
   if (turn && sequencer.accepts(turn.turnId)) {

@@ -42,8 +42,13 @@ export class Transcript {
 
   // ------------------------------------------------------------------ saved messages
 
-  clear() {
-    for (const node of this.root.querySelectorAll(":scope > .message")) node.remove();
+  /**
+   * Remove every message. `keepPending`: keep this tab's own message that waits for the
+   * server's answer (a snapshot may arrive first; a refusal then still gives its text back).
+   */
+  clear({ keepPending = false } = {}) {
+    const pending = keepPending ? this.pendingUser() : null;
+    for (const node of this.root.querySelectorAll(":scope > .message")) if (node !== pending) node.remove();
     this.live.clear();
     this.lastLive = null;
     this.updateEmptyState();

@@ -5,13 +5,10 @@ fake provider's later requests carried."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from jxai_app import conf
-from tests.app import ws_tools
 from tests.support.fake_provider import FakeProvider, Script, openai_chunk
 
 __all__ = ["calls_script", "require_approval", "tool_replies", "tools"]
@@ -42,13 +39,7 @@ def tool_replies(provider: FakeProvider, request_index: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    """``probe`` registered (JXAI_TOOL_MODULES) and requiring approval, once the test module's
-    ``fake`` provider is the model."""
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
+def tools(probe_tools: None) -> None:
+    """``probe`` registered (the ``probe_tools`` fixture of tests.app.turns_support, which the
+    test module imports) and requiring approval."""
     require_approval("probe")
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()

@@ -23,7 +23,7 @@ from jxai_app.models import ApiToken, Conversation, ToolCall
 from tests.app import ws_tools
 from tests.app.apisupport import CHAT, bearer, fake, frames, problem_of, read_all, token  # noqa: F401  (fixtures)
 from tests.app.approval_support import calls_script, tool_replies, tools  # noqa: F401  (fixture)
-from tests.app.turns_support import hub, text_script, tool_script  # noqa: F401  (fixtures)
+from tests.app.turns_support import hub, probe_tools, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from jxai_app.models import ApprovalState, Conversation, Message, ToolCall
 from tests.app import ws_tools
 from tests.app.approval_support import calls_script, tool_replies, tools  # noqa: F401  (fixture)
-from tests.app.turns_support import Tab, fake, hub, text_script, tool_script  # noqa: F401  (fixtures)
+from tests.app.turns_support import Tab, fake, hub, probe_tools, text_script, tool_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,6 @@ Real parts: the consumer through WebsocketCommunicator, the real database, a Fak
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,20 +19,10 @@ from jxai_app.consumers import TOO_MANY_SOCKETS_CLOSE_CODE, ChatConsumer
 from jxai_app.core.agent.calls import over_cap
 from jxai_app.models import ToolCall
 from tests.app import ws_tools
-from tests.app.turns_support import Tab, fake, hub, text_script  # noqa: F401  (fixtures)
+from tests.app.turns_support import Tab, fake, hub, probe_tools, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider, Script, openai_chunk
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()
 
 
 def many_calls_script(count: int) -> Script:
@@ -48,7 +37,7 @@ def many_calls_script(count: int) -> Script:
 
 
 async def test_a_round_of_a_hundred_tool_calls_runs_only_the_default_twenty(
-    user: Any, tools: None, fake: FakeProvider, hub: Any
+    user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
     assert conf.get_agent_policy().max_tool_calls_per_round == 20
     fake.add(many_calls_script(100), text_script(["Only some ran."]))
@@ -74,7 +63,7 @@ async def test_a_round_of_a_hundred_tool_calls_runs_only_the_default_twenty(
 
 
 async def test_the_tool_call_cap_is_a_setting(
-    settings: Any, user: Any, tools: None, fake: FakeProvider, hub: Any
+    settings: Any, user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
     settings.JXAI_MAX_TOOL_CALLS_PER_ROUND = 2
     fake.add(many_calls_script(5), text_script(["Two ran."]))

@@ -27,7 +27,7 @@ from jxai_app.models import ApprovalState, Conversation, Message, TokenReservati
 from tests.app import ws_tools
 from tests.app.apisupport import CHAT, bearer, frames, read_all, token  # noqa: F401  (fixtures)
 from tests.app.approval_support import calls_script, tools  # noqa: F401  (fixture)
-from tests.app.turns_support import MODEL, Tab, fake, hub, text_script  # noqa: F401  (fixtures)
+from tests.app.turns_support import MODEL, Tab, fake, hub, probe_tools, text_script  # noqa: F401  (fixtures)
 from tests.support.echo_key import echo_stream, echoed_text
 from tests.support.fake_provider import FakeProvider, Request, Script, Write, openai_text_stream
 

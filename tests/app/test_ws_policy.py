@@ -8,7 +8,6 @@ Real parts: the consumer through WebsocketCommunicator, the real database, a Fak
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from typing import Any
 
@@ -16,13 +15,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 
-from jxai_app import conf
 
 from jxai_app.policy import ratelimit
 from jxai_app.models import Conversation, Message, ToolCall, ToolPolicy, UsageLedger, UserLimits
 from tests.app import ws_tools
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
-    Tab, assert_in_order, fake, hub, text_script, tool_script,
+    Tab, assert_in_order, fake, hub, probe_tools, text_script, tool_script,
 )
 from tests.support.fake_provider import FakeProvider, Script, json_response, openai_chunk, sse
 
@@ -31,17 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 NOON = datetime(2025, 3, 4, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 """Mid-day UTC: 12 h (43 200 s) before the daily quota renews."""
 TODAY = date(2025, 3, 4)
-
-
-@pytest.fixture
-def tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
-    """The deployment's registry with ``probe`` added (JXAI_TOOL_MODULES)."""
-    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
-    conf.reset_caches()
-    ws_tools.CALLS.clear()
-    yield
-    ws_tools.CALLS.clear()
-    conf.reset_caches()
 
 
 @pytest.fixture
@@ -66,7 +53,7 @@ def _results(tab: Tab) -> list[dict[str, Any]]:
 
 # -- tools act as the user (item 2) -------------------------------------------------------
 async def test_a_tool_the_user_may_not_use_is_not_offered_and_refused_when_called(
-    user: Any, tools: None, fake: FakeProvider, hub: Any
+    user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
     auditors = await Group.objects.acreate(name="auditors")
     policy = await ToolPolicy.objects.acreate(tool_name="probe")
@@ -92,7 +79,7 @@ async def test_a_tool_the_user_may_not_use_is_not_offered_and_refused_when_calle
 
 
 async def test_a_member_of_the_allowed_group_is_offered_the_tool_and_it_runs_as_them(
-    user: Any, other_user: Any, tools: None, fake: FakeProvider, hub: Any
+    user: Any, other_user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
     auditors = await Group.objects.acreate(name="auditors")
     policy = await ToolPolicy.objects.acreate(tool_name="probe")
@@ -111,7 +98,7 @@ async def test_a_member_of_the_allowed_group_is_offered_the_tool_and_it_runs_as_
 
 
 async def test_the_per_turn_call_cap_holds_in_a_live_turn_and_the_next_turn_starts_afresh(
-    user: Any, tools: None, fake: FakeProvider, hub: Any
+    user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
     await ToolPolicy.objects.acreate(tool_name="probe", max_calls_per_turn=1)
     fake.add(tool_script("call_1", "probe", {"word": "one"}), tool_script("call_2", "probe", {"word": "two"}),

@@ -68,6 +68,20 @@ def fake(settings: Any) -> Iterator[FakeProvider]:
 
 
 @pytest.fixture
+def probe_tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
+    """The deployment's registry with ``probe`` added (``JXAI_TOOL_MODULES`` = ``tests.app.ws_tools``),
+    its recorded calls cleared before and after."""
+    from tests.app import ws_tools
+
+    settings.JXAI_TOOL_MODULES = ["tests.app.ws_tools"]
+    conf.reset_caches()
+    ws_tools.CALLS.clear()
+    yield
+    ws_tools.CALLS.clear()
+    conf.reset_caches()
+
+
+@pytest.fixture
 async def hub() -> AsyncIterator[TurnHub]:
     """This test's worker hub; every turn is stopped and awaited at teardown."""
     current = get_hub()

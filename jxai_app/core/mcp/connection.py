@@ -127,7 +127,8 @@ class McpConnection:
         self._on_tools = on_tools
         self._allow_internal = allow_internal
         self._client: Client | None = None
-        self._state = "connecting"
+        self._status = "connecting"
+        """connecting | connected | down | closed (ServerHealth.state)."""
         self._error = ""
         self._since: float | None = None
         self._protocol = ""
@@ -141,7 +142,7 @@ class McpConnection:
     # ------------------------------------------------------------------ state
     def health(self) -> ServerHealth:
         """This connection's :class:`ServerHealth` now."""
-        return ServerHealth(name=self.config.name, transport=self.config.transport, state=self._state,
+        return ServerHealth(name=self.config.name, transport=self.config.transport, state=self._status,
                             last_error=self._error, tool_count=len(self.tools), connected_since=self._since,
                             protocol_version=self._protocol)
 
@@ -186,7 +187,7 @@ class McpConnection:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 self._error = _message(exc)
-                if self._state != "connected":  # a failed attempt answers a refresh; a lost session reconnects first
+                if self._status != "connected":  # a failed attempt answers a refresh; a lost session reconnects first
                     self._settle()
                 logger.warning("MCP server %s: %s; reconnecting in %.1f s", self.config.name, self._error, delay)
             finally:
@@ -195,7 +196,7 @@ class McpConnection:
                 self._attempted.set()
             if self._closing:
                 break
-            self._state = "down"
+            self._status = "down"
             self._wake.clear()
             if not self._changed:  # a refresh asked while down reconnects at once
                 try:
@@ -203,7 +204,7 @@ class McpConnection:
                 except TimeoutError:
                     pass
             delay = min(delay * 2, self.BACKOFF[1])
-        self._state = "closed"
+        self._status = "closed"
         self._settle()
 
     def _target(self) -> Any:
@@ -231,7 +232,7 @@ class McpConnection:
                     listening = await stack.enter_async_context(client.listen(tools_list_changed=True))
                     watcher = asyncio.ensure_future(self._watch(listening))
             self._client = client
-            self._state = "connected"
+            self._status = "connected"
             self._since = time.time()
             self._protocol = client.protocol_version
             self._attempted.set()

@@ -16,13 +16,20 @@ from tests.e2e.steps import assert_clean, reload, send, wait_idle
 pytestmark = pytest.mark.browser
 
 
-def test_approve_a_note_from_its_card_after_a_reload(logged_in: Any) -> None:
+def _waiting_note(logged_in: Any, text: str) -> tuple[Any, Any]:
+    """A logged-in tab that asked for a note (``save_note`` requires approval) and its card,
+    once the card waits for the decision."""
     ToolPolicy.objects.update_or_create(tool_name="save_note", defaults={"requires_approval": "always"})
     tab = logged_in()
-    page = tab.page
-    send(tab, "[note] Buy oat milk")
-    card = page.get_by_test_id("tool-call").first
+    send(tab, f"[note] {text}")
+    card = tab.page.get_by_test_id("tool-call").first
     card.get_by_test_id("approval-card").wait_for()
+    return tab, card
+
+
+def test_approve_a_note_from_its_card_after_a_reload(logged_in: Any) -> None:
+    tab, card = _waiting_note(logged_in, "Buy oat milk")
+    page = tab.page
     assert card.get_attribute("data-state") == "approval"
     assert card.get_by_test_id("tool-status").inner_text() == "waiting for your approval"
     assert "save_note" in card.locator(".tool-name").inner_text()
@@ -50,12 +57,8 @@ def test_approve_a_note_from_its_card_after_a_reload(logged_in: Any) -> None:
 
 
 def test_a_denied_call_says_denied_live_and_after_a_reload(logged_in: Any) -> None:
-    ToolPolicy.objects.update_or_create(tool_name="save_note", defaults={"requires_approval": "always"})
-    tab = logged_in()
+    tab, card = _waiting_note(logged_in, "Sell the car")
     page = tab.page
-    send(tab, "[note] Sell the car")
-    card = page.get_by_test_id("tool-call").first
-    card.get_by_test_id("approval-card").wait_for()
     card.get_by_test_id("approval-reason").fill("not now")
     card.get_by_test_id("deny").click()
     card.get_by_test_id("approval-card").wait_for(state="detached")

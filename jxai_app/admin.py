@@ -496,7 +496,7 @@ class McpServerAdmin(DeclaredFiltersOnly):
 
 
 @admin.register(UserSettings)
-class UserSettingsAdmin(DeclaredFiltersOnly):
+class UserSettingsAdmin(ReadOnlyAdmin):
     """Each user's custom instructions (added to the system prompt of their new turns),
     read-only: the user edits them in the chat page's settings dialog."""
 
@@ -510,12 +510,6 @@ class UserSettingsAdmin(DeclaredFiltersOnly):
     def instructions_excerpt(self, row: UserSettings) -> str:
         text = row.custom_instructions
         return text if len(text) <= 80 else text[:79] + "…"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Note)

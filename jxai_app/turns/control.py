@@ -36,12 +36,12 @@ from jxai_app.ops import metrics
 from jxai_app.policy import ratelimit, reservations, toolpolicy
 from jxai_app.store.common import get_owned, parse_id
 from jxai_app.store.dbsync import db_request, db_thread_call
-from jxai_app.store.serializers import conversation_dict, message_dict
+from jxai_app.store.serializers import conversation_dict
 from jxai_app.turns.delivery import Socket
 from jxai_app.turns.hub import TurnHub, get_hub
 from jxai_app.turns.recovery import snapshot_of
 from jxai_app.turns.roundquota import RoundQuota
-from jxai_app.turns.runner import TurnRunner
+from jxai_app.turns.runner import TurnRunner, read_message
 
 __all__ = [
     "Origin", "TurnInfo", "branch_switch", "cancel_turn", "client_factory", "conversation_remove",
@@ -281,10 +281,9 @@ async def resume_turn(*, user: Any, turn: store.TurnStart, origin: Origin | None
 
 
 def _message_frame(conversation_id: uuid.UUID, message_id: int) -> dict[str, Any] | None:
-    message = store.message_by_id(message_id)
-    if message is None:
-        return None
-    return {"type": "message_saved", "conversationId": str(conversation_id), "message": message_dict(message)}
+    message = read_message(message_id)
+    return None if message is None else {"type": "message_saved", "conversationId": str(conversation_id),
+                                         "message": message}
 
 
 def _decide(user: Any, conversation_id: Any, call_id: str, approved: bool,

@@ -89,7 +89,10 @@ class StoreUnavailable(Exception):
     """A write was retried for ``JXAI_STORE_RETRY_SECONDS`` and the database never answered."""
 
 
-def _read_message(pk: int) -> dict[str, Any] | None:
+def read_message(pk: int) -> dict[str, Any] | None:
+    """Saved message ``pk`` in protocol shape with its place among its siblings (the
+    ``message`` of a ``message_saved`` frame, docs/websocket.md "Branches"); ``None`` when it
+    is gone. Sync: call it in a database thread."""
     message = store.message_by_id(pk)
     return None if message is None else message_dict(message, store.siblings_of(message))
 
@@ -218,7 +221,7 @@ class TurnRunner:
 
     async def _publish_message(self, pk: int | None) -> None:
         if pk is not None:
-            data = await self._save(_read_message, pk)
+            data = await self._save(read_message, pk)
             if data is not None:
                 self._publish({"type": "message_saved", "conversationId": self._cid, "message": data})
 

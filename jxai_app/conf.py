@@ -230,7 +230,7 @@ def get_tool_registry() -> ToolRegistry:
     Raises:
         ConfigurationError: a tool module cannot be imported or has no ``register``.
     """
-    registry = default_registry(search=_search_conversations, save_note=_save_note)
+    registry = _builtin_registry()
     for dotted in settings.JXAI_TOOL_MODULES:
         try:
             module = importlib.import_module(dotted)
@@ -296,10 +296,15 @@ def mcp_allow_internal() -> bool:
     return bool(settings.JXAI_MCP_ALLOW_INTERNAL)
 
 
+def _builtin_registry() -> ToolRegistry:
+    """The built-in tools, their stores bound to this app (the one place they are listed)."""
+    return default_registry(search=_search_conversations, save_note=_save_note)
+
+
 @functools.cache
 def builtin_tool_names() -> frozenset[str]:
     """The names of the built-in tools (admin groups the registry's tools by source)."""
-    return frozenset(defn.name for defn in default_registry(search=_search_conversations).list())
+    return frozenset(defn.name for defn in _builtin_registry().list())
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from django.conf import settings
 from jxai_app import conf
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
-from jxai_app.store.common import storable
+from jxai_app.core.unicode import is_clean
 from jxai_app.turns import TurnHub, cancel_turn, get_hub
 from jxai_app.turns.session import Session, SocketGone, error_frame
 from jxai_app.web.login import still_signed_in
@@ -98,7 +98,7 @@ _SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
 def _unicode(value: str) -> bool:
     """False for text with a NUL or a lone surrogate (``"\\ud800"`` is valid JSON but no
     UTF-8 can carry it; PostgreSQL stores no NUL): nothing could save it as sent."""
-    return storable(value) == value
+    return is_clean(value)
 
 
 def _fits(kind: str, value: Any) -> bool:

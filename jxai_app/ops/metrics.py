@@ -73,8 +73,8 @@ def exposition() -> bytes:
     return generate_latest(registry)
 
 
-def forget_process(pid: int | None = None) -> None:
-    """A worker stops: drop its live gauges' files (``pid`` default: this process), so the
-    merged gauges count only running workers. Nothing without ``PROMETHEUS_MULTIPROC_DIR``."""
+def forget_process() -> None:
+    """This worker stops: drop its live gauges' files, so the merged gauges count only running
+    workers. Nothing without ``PROMETHEUS_MULTIPROC_DIR``."""
     if _multiprocess_dir() is not None:
-        multiprocess.mark_process_dead(os.getpid() if pid is None else pid)
+        multiprocess.mark_process_dead(os.getpid())

@@ -30,7 +30,7 @@ from jxai_app.core.agent.calls import tool_message
 from jxai_app.core.problems import problem_error
 from jxai_app.models import ApprovalState, Conversation, ConversationStatus, Message, ToolCall
 from jxai_app.store.branches import Tree
-from jxai_app.store.common import get_owned, storable
+from jxai_app.store.common import bounded_text, get_owned
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.wire import to_messages
 
@@ -139,7 +139,7 @@ def approval_decide(*, user: Any, conversation_id: uuid.UUID | str, call_id: str
         conversation_id: the conversation of the call.
         call_id: the provider's call id (as in the ``tool_approval_request`` event).
         approved: approve (the tool runs) or deny (the model reads :func:`denial_text`).
-        reason: optional, kept with the decision (at most :data:`MAX_REASON_CHARS`).
+        reason: optional, kept with the decision (trimmed; at most :data:`MAX_REASON_CHARS`).
         timeout: ``JXAI_APPROVAL_TIMEOUT_SECONDS`` (for the expiry text of other calls).
 
     Returns:
@@ -147,9 +147,10 @@ def approval_decide(*, user: Any, conversation_id: uuid.UUID | str, call_id: str
 
     Raises:
         ProblemError: ``not-found`` (a missing, foreign or malformed conversation id, or no
-            call with that id waits there), ``conflict`` (the call was decided already).
+            call with that id waits there), ``conflict`` (the call was decided already),
+            ``invalid-request`` (a reason over :data:`MAX_REASON_CHARS` characters; nothing saved).
     """
-    reason = storable(reason.strip() if isinstance(reason, str) else "")[:MAX_REASON_CHARS]
+    reason = bounded_text(reason or "", what="The reason", limit=MAX_REASON_CHARS)
     with transaction.atomic():
         conversation = get_owned(user, conversation_id, for_update=True)
         call = (ToolCall.objects.filter(message__conversation=conversation, call_id=call_id)

@@ -472,9 +472,6 @@ class Session:
     async def decide(self, conversation_id: str, call_id: str, approved: bool, reason: str) -> None:
         """``approve`` / ``deny``: decide a waiting tool call (docs/approval.md); every tab gets
         the call's ``message_saved``, and the resumed turn's frames follow on this socket."""
-        limit = conf.get_limits().max_message_chars
-        if len(reason) > limit:
-            raise ProblemError(problem("payload-too-large", f"The reason is longer than {limit} characters."))
         await asyncio.shield(control.decide_approval(user=self.user, conversation_id=conversation_id, call_id=call_id,
                                                      approved=approved, reason=reason, origin=self, hub=self.hub))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jxai_app import conf
 from jxai_app.conf import model_registry_dict_from_env, uses_local_model
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.providers import ModelRegistry
@@ -67,3 +68,10 @@ def test_models_json_wins_and_a_file_is_read(tmp_path: Path) -> None:
 def test_unreadable_registry_sources_are_clear_configuration_errors(env: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="JXAI_MODELS_"):
         model_registry_dict_from_env(env)
+
+
+def test_the_built_in_tools_admin_names_are_the_registry_s_built_ins() -> None:
+    """Admin's "built-in" source and the registry come from one list (save_note included)."""
+    conf.reset_caches()
+    assert conf.builtin_tool_names() == {"current_datetime", "calculate", "search_conversations", "save_note"}
+    assert conf.builtin_tool_names() <= {d.name for d in conf.get_tool_registry().list()}

@@ -92,6 +92,8 @@ class GatedToolRegistry(ToolView):
         return None
 
     def requires_approval(self, name: str) -> bool:
+        """True when a call of ``name`` waits for the user's approval in this view: its policy
+        says so for this user, or the underlying source does (docs/approval.md "Policy")."""
         return name in self._approval or self._base.requires_approval(name)
 
     def calls(self, name: str) -> int:

@@ -195,7 +195,7 @@ class MessagePage:
 
 
 class FeedbackFilter(admin.SimpleListFilter):
-    """Conversations by the feedback their owner gave on an answer (issue 15 item 6)."""
+    """Conversations by the feedback their owner gave on an answer (docs/architecture.md "Admin")."""
 
     title = "feedback"
     parameter_name = "feedback"

@@ -1,5 +1,5 @@
 """jxai's admin site: Django's own, plus the registered-tools page as an entry of its own in
-the jxai app's list on the admin index and in the navigation sidebar (issue 15 item 9).
+the jxai app's list on the admin index and in the navigation sidebar (docs/architecture.md "Admin").
 
 Installed through :class:`JxaiAdminConfig` (``INSTALLED_APPS`` names it in place of
 ``django.contrib.admin``), Django's documented way to replace the default site; every

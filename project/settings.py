@@ -64,7 +64,7 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "jxai_app.admin_site.JxaiAdminConfig",  # django.contrib.admin with the registered-tools entry (issue 15)
+    "jxai_app.admin_site.JxaiAdminConfig",  # django.contrib.admin with the registered-tools entry
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -226,7 +226,7 @@ JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 # Staff who are not superusers issue API tokens for themselves only; on, also for users
 # without staff rights (jxai_app.policy.tokens).
 JXAI_STAFF_TOKENS_FOR_USERS = env_bool("JXAI_STAFF_TOKENS_FOR_USERS", False)
-# Issue 17 (tools from MCP servers, docs/mcp.md): servers come from admin (McpServer rows)
+# Tools from MCP servers (docs/mcp.md): servers come from admin (McpServer rows)
 # and from JXAI_MCP_SERVERS_JSON / JXAI_MCP_SERVERS_FILE, read by conf like the model
 # registry; JXAI_MCP_SERVERS (a list of dicts) replaces those two variables (tests). HTTP
 # servers on private or loopback addresses are refused unless JXAI_MCP_ALLOW_INTERNAL is on
@@ -260,12 +260,12 @@ JXAI_UPSTREAM_RETRIES = int(os.environ.get("JXAI_UPSTREAM_RETRIES", "2"))
 # saved with stopReason "length" (docs/turns.md "Settings"). About a million tokens: several
 # times the longest output of current models, and a bound on a turn's memory.
 JXAI_MAX_ANSWER_CHARS = int(os.environ.get("JXAI_MAX_ANSWER_CHARS", "4000000"))
-# Issue 14 item 11, caps: tool calls of one model round that run (later ones get a failed
+# Caps: tool calls of one model round that run (later ones get a failed
 # result without running; docs/agent.md "Tool calls"), and websockets one user may hold open
 # on one worker process (a further one is closed with 4429; docs/websocket.md "Limits").
 JXAI_MAX_TOOL_CALLS_PER_ROUND = int(os.environ.get("JXAI_MAX_TOOL_CALLS_PER_ROUND", "20"))
 JXAI_MAX_SOCKETS_PER_USER = int(os.environ.get("JXAI_MAX_SOCKETS_PER_USER", "50"))
-# Issue 14 item 4: every model request reserves its prompt estimate plus this many tokens
+# Every model request reserves its prompt estimate plus this many tokens
 # for its answer against the daily quota before it is sent (docs/security.md "Quota
 # reservations"); set it to the largest answer your models give (their max_tokens).
 JXAI_RESERVE_OUTPUT_TOKENS = int(os.environ.get("JXAI_RESERVE_OUTPUT_TOKENS", "4096"))
@@ -276,14 +276,14 @@ JXAI_TURN_LEASE_SECONDS = float(os.environ.get("JXAI_TURN_LEASE_SECONDS", "6"))
 JXAI_STORE_RETRY_SECONDS = float(os.environ.get("JXAI_STORE_RETRY_SECONDS", "120"))
 JXAI_DRAIN_SECONDS = float(os.environ.get("JXAI_DRAIN_SECONDS", "30"))
 JXAI_DB_THREADS = int(os.environ.get("JXAI_DB_THREADS", "8"))
-# Issue 16, tool approval (docs/approval.md): a call waiting for the user's approval longer
+# Tool approval (docs/approval.md "Expiry"): a call waiting for the user's approval longer
 # than this many seconds expires (the model reads that it was not run).
 JXAI_APPROVAL_TIMEOUT_SECONDS = float(os.environ.get("JXAI_APPROVAL_TIMEOUT_SECONDS", "600"))
 # An open websocket re-checks its session and is_active this often (seconds) and closes
 # with 4401 once either is gone (jxai_app.consumers).
 JXAI_WS_SESSION_CHECK_SECONDS = float(os.environ.get("JXAI_WS_SESSION_CHECK_SECONDS", "30"))
 
-# --- Operating it (issue 18; docs/operations.md): /metrics access, tracing, log format, cost ---
+# --- Operating it (docs/operations.md): /metrics access, tracing, log format, cost ---
 # /metrics answers requests from these addresses or networks (REMOTE_ADDR), or any request
 # with "Authorization: Bearer $JXAI_METRICS_TOKEN" (the token is read from the environment by
 # jxai_app.conf, never kept here). PROMETHEUS_MULTIPROC_DIR (read by prometheus-client)
@@ -300,7 +300,7 @@ if DJANGO_LOG_FORMAT == "json":
     LOGGING["handlers"]["console"]["formatter"] = "json"
 # Probes and scrapers speak plain HTTP inside the cluster: no HTTPS redirect for them.
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
-# Issue 15 (the page a daily user keeps using): the longest custom instructions a user may
+# The page's everyday tools: the longest custom instructions a user may
 # save (added to the system prompt of each new turn), the longest feedback comment, and the
 # most results the page's search returns (docs/store.md "Custom instructions", "Feedback",
 # "Search").

@@ -14,7 +14,7 @@ from typing import Any, Final, Mapping
 from jxai_app.core.errors import ProblemError
 
 PROBLEM_BASE_URI: Final[str] = "https://jxai.dev/problems/"
-"""Base of every problem ``type`` URI; the slug is appended (RFC 9457 §3.1.1)."""
+"""Base of every problem ``type`` URI; the slug is appended (RFC 9457's ``type`` member)."""
 
 PROBLEM_CONTENT_TYPE: Final[str] = "application/problem+json"
 
@@ -28,7 +28,7 @@ class ProblemType:
     status: int
     """The HTTP status this problem answers with."""
     title: str
-    """Short human summary, the same for every occurrence (RFC 9457 §3.1.3)."""
+    """Short human summary, the same for every occurrence (RFC 9457's ``title`` member)."""
     description: str
     """Longer explanation, shown on the ``/problems/<slug>`` page."""
 
@@ -95,7 +95,7 @@ def problem(slug: str, detail: str | None = None, **extensions: Any) -> dict[str
 
     Args:
         slug: a key of :data:`PROBLEM_TYPES`.
-        detail: the occurrence-specific sentence (RFC 9457 §3.1.4); omitted when empty.
+        detail: the occurrence-specific sentence (RFC 9457's ``detail`` member); omitted when empty.
         **extensions: extra members appended after the standard ones (e.g. ``retry_after``).
 
     Returns:

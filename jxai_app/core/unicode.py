@@ -1,4 +1,4 @@
-"""Text every boundary can carry: no NUL, no lone surrogate (docs/store.md "Rows", issue 14 item 9).
+"""Text every boundary can carry: no NUL, no lone surrogate (docs/store.md "Rows").
 
 PostgreSQL's ``text`` holds no NUL, and UTF-8 cannot encode a lone surrogate, which JSON
 nonetheless spells (``"\\ud800"``). Client input holding either is refused at the boundary

@@ -1,6 +1,6 @@
 """``make run``: prepare the database, start the local model when needed and daphne, until Ctrl-C.
 
-Issue 5, item 2. Run as ``python -m jxai_app.devtools.run`` from the project's virtualenv (the
+Run as ``python -m jxai_app.devtools.run`` from the project's virtualenv (the
 Makefile creates it and installs the ``[local]`` extra first when :func:`local_model_needed`):
 
 0. both ports free (daphne's and, when wanted, the model's), before anything else;

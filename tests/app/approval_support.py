@@ -1,4 +1,4 @@
-"""Helpers for the tool-approval tests (issue 16, docs/approval.md): a provider round that
+"""Helpers for the tool-approval tests (docs/approval.md): a provider round that
 calls several tools at once, the policy that makes ``probe`` wait for approval, and what the
 fake provider's later requests carried."""
 

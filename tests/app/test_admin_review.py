@@ -1,4 +1,4 @@
-"""Admin for review (issue 15 items 5, 6 and 9) through Django's test client: the registered-tools
+"""Admin for review (docs/architecture.md "Admin") through Django's test client: the registered-tools
 entry on the admin index, feedback (filter, column, inline, transcript, export), a long
 conversation's paged messages, users' custom instructions."""
 

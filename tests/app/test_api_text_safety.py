@@ -1,4 +1,4 @@
-"""``POST /ai/chat`` and text no boundary can carry (issue 14 item 9): a NUL or a lone
+"""``POST /ai/chat`` and text no boundary can carry (docs/api.md "Checks, in order"): a NUL or a lone
 surrogate anywhere in the body is a clear 400 before the provider is contacted, and model
 output holding a lone surrogate streams on, escaped, to the end.
 

@@ -1,4 +1,4 @@
-"""Issue 16 items 1 and 7: the approval policy (per tool, optionally per group) as a turn's tool
+"""The approval policy (per tool, optionally per group) as a turn's tool
 view and admin's registered-tools page read it, and the audit of a decision in admin's
 transcript and export (docs/approval.md "Policy", "Audit"). Django's test client, the real
 database, the store's own services to pause and decide a call."""

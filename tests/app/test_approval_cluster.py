@@ -1,4 +1,4 @@
-"""Issue 16 across real workers (marker ``scaleout``): a tool call waiting for approval is
+"""Tool approval across real workers (marker ``scaleout``): a tool call waiting for approval is
 answered from a tab on the other of two ``daphne`` workers, and after the worker that started
 the turn was ``kill -9``'d.
 

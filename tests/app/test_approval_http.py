@@ -1,4 +1,4 @@
-"""Issue 16 over ``POST /ai/chat?conversation=…`` (docs/api.md "Conversation mode"): the
+"""Tool approval over ``POST /ai/chat?conversation=…`` (docs/api.md "Conversation mode"): the
 stream announces a waiting call (``tool_approval_request {id, name, args}``) and ends with
 ``done {stopReason: "approval_required"}``; the caller answers with a new request carrying the
 decision, and the turn goes on from the saved history.

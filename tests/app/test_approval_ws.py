@@ -1,4 +1,4 @@
-"""Issue 16 over the websocket, embedded configuration: a tool call that waits for the owner's
+"""Tool approval over the websocket, embedded configuration: a tool call that waits for the owner's
 approval pauses the turn (no provider request open, no lease), every tab and every reload
 shows it, the answer resumes the turn from the saved history, and denial, expiry, Stop, the
 per-turn cap and another user's attempts behave as docs/approval.md says.

@@ -1,4 +1,4 @@
-"""Long answers reach every tab (issue 19; docs/websocket.md "Frame size").
+"""Long answers reach every tab (docs/websocket.md "Frame size").
 
 Real ``daphne`` workers (``tests.support.workers.start_workers``) on the test database, real
 websocket clients (``WsClient``, the ``websockets`` library), the FakeProvider as the model.

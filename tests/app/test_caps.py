@@ -1,4 +1,4 @@
-"""Issue 14 item 11, the caps beside the answer length: tool calls per model round
+"""The caps beside the answer length: tool calls per model round
 (``JXAI_MAX_TOOL_CALLS_PER_ROUND``) and websockets per user (``JXAI_MAX_SOCKETS_PER_USER``).
 
 Real parts: the consumer through WebsocketCommunicator, the real database, a FakeProvider on

@@ -1,4 +1,4 @@
-"""Outgoing frame sizes and what a frame that cannot be sent does (issue 19; docs/websocket.md
+"""Outgoing frame sizes and what a frame that cannot be sent does (docs/websocket.md
 "Frame size"), and the answer cap ``JXAI_MAX_ANSWER_CHARS`` (docs/turns.md "Settings").
 
 The slicing and batching helpers are checked on text made to be hard to slice (quotes,

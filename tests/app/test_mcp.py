@@ -1,4 +1,4 @@
-"""Issue 17: tools from MCP servers, through live websocket turns.
+"""Tools from MCP servers (docs/mcp.md), through live websocket turns.
 
 Real parts: MCP servers written with the SDK's server side (``tests/app/mcp_servers.py``) — a
 stdio child the worker starts and a streamable-HTTP server on 127.0.0.1 — reached by the SDK's

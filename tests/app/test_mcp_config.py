@@ -1,4 +1,4 @@
-"""Issue 17: MCP servers configured without admin (JSON) and in admin, and who may edit them.
+"""MCP servers configured without admin (JSON) and in admin, and who may edit them.
 
 No server runs here: these are the configuration's rules (``jxai_app.conf``,
 ``jxai_app.core.mcp.config``, ``McpServer``) and admin's permissions.

@@ -1,4 +1,4 @@
-"""The page's everyday tools over the websocket (issue 15; docs/websocket.md "Search, feedback and
+"""The page's everyday tools over the websocket (docs/websocket.md "Search, feedback and
 custom instructions"): feedback on one's own answers only (IDOR), custom instructions in the
 system prompt the provider receives, and search scoped to the owner.
 

@@ -1,4 +1,4 @@
-"""Issue 14's quota reservations, credential masking and tool-call cap on the paths issue 16
+"""Quota reservations, credential masking and the tool-call cap on the paths tool approval
 added (docs/security.md "Quota reservations", "Secret leakage in streamed text";
 docs/agent.md "Tool calls"): a turn paused for approval holds no reservation, the turn an
 approval resumes reserves its first request (over the websocket and over ``POST

@@ -1,4 +1,4 @@
-"""Issue 14 item 4: the daily token quota holds against parallel sends and long turns
+"""The daily token quota holds against parallel sends and long turns
 (docs/security.md "Quota reservations").
 
 Real parts: the consumer through WebsocketCommunicator (many at once, ``asyncio.gather``),
@@ -115,7 +115,7 @@ async def test_stop_before_the_first_output_byte_counts_the_prompt_and_settles(
     user: Any, fake: FakeProvider, hub: Any
 ) -> None:
     await UserLimits.objects.acreate(user=user, tokens_per_day=100_000)
-    text = "p" * 31_000  # the issue's 31k-character turn
+    text = "p" * 31_000  # a 31k-character turn
     fake.add(Script(writes=[], hold=True))  # headers, then nothing until the client goes away
     tab = await Tab(user).open()
     await tab.send(type="send", conversationId=None, text=text)
@@ -233,7 +233,7 @@ def test_recovering_a_dead_turn_counts_its_prompt_in_flight(user: Any) -> None:
 async def test_ai_chat_reserves_and_a_disconnect_before_the_first_byte_counts_the_prompt(
     api_fake: FakeProvider, token: str, user: Any
 ) -> None:
-    """The issue's 931 KB prompt, sized down: the caller goes away while the provider has
+    """A long prompt (931 KB, sized down): the caller goes away while the provider has
     not answered yet; the prompt still counts, and the reservation is gone."""
     await UserLimits.objects.acreate(user=user, tokens_per_day=1_000_000)
     api_fake.add(Script(writes=[], hold=True))

@@ -1,4 +1,4 @@
-"""Issue 14 item 6: a provider that echoes its key inside deltas split at any point never
+"""A provider that echoes its key inside deltas split at any point never
 shows it to the client or gets it stored, on the websocket and on ``POST /ai/chat``.
 
 Real parts: a FakeProvider on 127.0.0.1 configured with a real key (an environment

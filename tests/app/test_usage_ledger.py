@@ -199,7 +199,7 @@ def test_several_processes_never_admit_more_than_the_limit(user: Any) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_several_processes_never_reserve_more_than_the_quota(user: Any) -> None:
-    """Issue 14 item 4 across processes: with room for exactly 7 reservations of 100 + 300
+    """Quota reservations across processes: with room for exactly 7 reservations of 100 + 300
     tokens, 4 processes asking 5 times each at once admit 7 (docs/security.md "Quota reservations")."""
     UserLimits.objects.create(user=user, turns_per_minute=0, tokens_per_day=7 * 400 + 399)
     outputs = _run_workers("quota", user, processes=4, count=5, JXAI_RESERVE_OUTPUT_TOKENS="300")

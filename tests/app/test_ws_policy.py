@@ -1,5 +1,5 @@
-"""Issue 6 items 2, 3 and 7 on live websocket turns: tools act as the user, quotas and rate
-limits before the provider, usage recorded per provider round, provider retries.
+"""Policy on live websocket turns (docs/security.md, threats 2, 3 and 11): tools act as the
+user, quotas and rate limits before the provider, usage recorded per provider round, provider retries.
 
 Real parts: the consumer through WebsocketCommunicator, the real database, a FakeProvider on
 127.0.0.1, the deployment's tool registry (plus ``probe`` from ``tests.app.ws_tools``).
@@ -51,7 +51,7 @@ def _results(tab: Tab) -> list[dict[str, Any]]:
     return [i["event"] for i in tab.events() if i["event"]["type"] == "tool_result"]
 
 
-# -- tools act as the user (item 2) -------------------------------------------------------
+# -- tools act as the user (docs/security.md, threat 2) -----------------------------------
 async def test_a_tool_the_user_may_not_use_is_not_offered_and_refused_when_called(
     user: Any, probe_tools: None, fake: FakeProvider, hub: Any
 ) -> None:
@@ -120,7 +120,7 @@ async def test_the_per_turn_call_cap_holds_in_a_live_turn_and_the_next_turn_star
     await tab.close()
 
 
-# -- quotas and rate limits (item 3) ------------------------------------------------------
+# -- quotas and rate limits (docs/security.md, threat 3) ----------------------------------
 async def test_quota_exhausted_mid_day_refuses_that_user_only_and_saves_nothing(
     user: Any, other_user: Any, fake: FakeProvider, hub: Any, noon: None, no_answer_reserve: None
 ) -> None:
@@ -237,7 +237,7 @@ async def test_a_conflicting_send_takes_no_turn_of_the_minute(
     await tab.close()
 
 
-# -- retries (item 7) ---------------------------------------------------------------------
+# -- retries (docs/security.md, threat 11) ------------------------------------------------
 async def test_a_provider_429_then_success_gives_one_answer(user: Any, fake: FakeProvider, hub: Any) -> None:
     fake.add(json_response(429, {"error": {"message": "Rate limit reached"}}, headers={"Retry-After": "0"}),
              text_script(["after ", "retry"]))

@@ -150,7 +150,7 @@ def test_a_conversation_page_keeps_a_long_transcript_inside_a_1280_px_window(ope
 
 def test_a_conversation_with_hundreds_of_messages_keeps_a_usable_page(open_page: Any, live_db: None,
                                                                      django_user_model: Any) -> None:
-    """Issue 15 item 9: every message was on the change page (hundreds made it 6,843 px tall, and
+    """Every message used to be on the change page (hundreds made it 6,843 px tall, and
     a 120-character message took a 298 px row in a 131 px column); now 25 a page, the others a
     click away, in a wide text column (3,956 px for this page, whatever the message count)."""
     from jxai_app.models import Conversation, Message

@@ -1,4 +1,4 @@
-"""The approval card in a real browser (issue 16, docs/approval.md): the built-in ``save_note``
+"""The approval card in a real browser (docs/approval.md "The page"): the built-in ``save_note``
 tool waits for the user's approval (its policy row, as migration 0004 makes it); the card
 shows the call's name and arguments with Approve and Deny, survives a reload, and after
 Approve the tool runs and the card is an ordinary tool card.

@@ -1,4 +1,4 @@
-"""A 2 MB answer in the browser (issue 19): it streams in, and a reload shows it whole; an
+"""A 2 MB answer in the browser: it streams in, and a reload shows it whole; an
 answer cut at a length limit says so, live and after a reload.
 
 The server sends no websocket message over 256 KiB (docs/websocket.md "Frame size"): the

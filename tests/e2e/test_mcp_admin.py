@@ -1,4 +1,4 @@
-"""Issue 17 in a real browser against the real server: a staff member adds an MCP server in
+"""MCP servers (docs/mcp.md) in a real browser against the real server: a staff member adds an MCP server in
 admin, the registered-tools page lists its tools with their server and the server's health
 after a refresh, and a tool's output shows on the chat page as text, never as markup.
 

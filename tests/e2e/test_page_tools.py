@@ -1,4 +1,4 @@
-"""The page's everyday tools in a real browser (issue 15 items 3–6 and 9): Copy on messages and
+"""The page's everyday tools in a real browser (docs/architecture.md "The chat page"): Copy on messages and
 code blocks, highlighted code, search, date groups, custom instructions, feedback seen in admin.
 
 Headless Chromium against daphne and the loopback fake provider (``conftest.py``). Clipboard

@@ -1,5 +1,5 @@
-"""A provider answer that echoes a credential split over deltas at every offset (issue 14
-item 6): the shared script of the streaming-mask tests (core client, websocket, ``/ai/chat``)."""
+"""A provider answer that echoes a credential split over deltas at every offset:
+the shared script of the streaming-mask tests (core client, websocket, ``/ai/chat``)."""
 
 from __future__ import annotations
 

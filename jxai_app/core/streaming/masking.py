@@ -1,5 +1,5 @@
 """Credentials out of streamed model output, across chunk boundaries (docs/security.md,
-"Secret leakage in streamed text"; issue 14 item 6).
+"Secret leakage in streamed text").
 
 A provider (or a model that was shown a key) may echo a configured credential in its answer.
 Masking each ``delta`` on its own misses a key split over two chunks, which rejoins at the

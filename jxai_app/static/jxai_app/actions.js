@@ -1,4 +1,4 @@
-// jxai chat page: the action bar under each message (issue 15 items 3 and 6): Copy, and on
+// jxai chat page: the action bar under each message (docs/architecture.md "The chat page"): Copy, and on
 // an assistant message the feedback controls (feedback.js). Copy puts the message's text on
 // the clipboard: what the user typed, or the Markdown the model wrote.
 

@@ -1,4 +1,4 @@
-// jxai chat page: branches (issue 15; docs/websocket.md "Branches"). A conversation is a tree;
+// jxai chat page: branches (docs/websocket.md "Branches"). A conversation is a tree;
 // the page shows its active path. Each saved message carries `branch` {index, count, prev,
 // next}: where it sits among its siblings. This module draws, on a message element:
 //   - `‹ 2 / 3 ›` when it has siblings (the buttons ask the server to switch branch);

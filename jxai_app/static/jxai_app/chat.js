@@ -1,4 +1,4 @@
-// jxai chat page (SPEC §7 "Chat page"): wires the parts together and runs the turn controls
+// jxai chat page (docs/architecture.md "The chat page"): wires the parts together and runs the turn controls
 // (send, Stop, Retry, errors, new chat, navigation). The parts: conversations.js (the paged
 // list), header.js (title, rename, delete, model picker, token count), transcript.js and
 // render.js (the messages), socket.js (the connection and the per-turn sequencer).

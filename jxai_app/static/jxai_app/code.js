@@ -1,4 +1,4 @@
-// jxai chat page: code blocks and the clipboard (issue 15 item 3).
+// jxai chat page: code blocks and the clipboard (docs/architecture.md "The chat page").
 //
 // `enhanceCode(container)` runs on model text that DOMPurify already sanitised (render.js
 // renderMarkdown): every <pre><code> is highlighted by highlight.js (vendored, see

@@ -6,7 +6,8 @@
 // that page. `conversation` and `conversation_deleted` frames keep the list current between
 // pages: an update or a new conversation moves to the top, a deletion drops the row, and the
 // pages loaded so far stay. Rows are grouped by the day they were last updated, in the
-// reader's time zone: Today, Yesterday, Previous 7 days, then one group per month (issue 15).
+// reader's time zone: Today, Yesterday, Previous 7 days, then one group per month
+// (docs/architecture.md "The chat page").
 
 import { el } from "./render.js";
 

@@ -1,4 +1,4 @@
-// jxai chat page: feedback on assistant messages (issue 15 item 6; frames in
+// jxai chat page: feedback on assistant messages (docs/store.md "Feedback"; frames in
 // docs/websocket.md "Search, feedback and custom instructions").
 //
 // Thumbs up / down on each saved assistant message, and an optional comment. Pressing the

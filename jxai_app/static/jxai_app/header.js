@@ -1,6 +1,6 @@
 // jxai chat page: what the page shows about the open conversation outside the transcript.
 // The top bar (title, Rename, Delete) and the composer's meta line (model picker, token
-// count, context warning), SPEC §7 "Chat page".
+// count, context warning), docs/architecture.md "The chat page".
 
 import { el } from "./render.js";
 

@@ -1,4 +1,5 @@
-// jxai chat page: turning messages into DOM (SPEC §7 "Chat page"; issue 6 item 6).
+// jxai chat page: turning messages into DOM (docs/architecture.md "The chat page";
+// docs/security.md, threat 6 "XSS").
 //
 // Model text is Markdown rendered by marked and then sanitised by DOMPurify before it
 // touches the document; it never reaches innerHTML raw. Everything else (user text,

@@ -1,4 +1,4 @@
-// jxai chat page: the search box above the conversation list (issue 15 item 4; frames in
+// jxai chat page: the search box above the conversation list (docs/store.md "Search"; frames in
 // docs/websocket.md "Search, feedback and custom instructions").
 //
 // Typing sends a `search` frame (after a short pause); the `search_results` frame for the

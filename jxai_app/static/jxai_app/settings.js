@@ -1,5 +1,5 @@
-// jxai chat page: the settings dialog (issue 15 item 5; frames in docs/websocket.md
-// "Search, feedback and custom instructions"). It holds the user's custom instructions,
+// jxai chat page: the settings dialog (docs/store.md "Custom instructions"; frames in
+// docs/websocket.md "Search, feedback and custom instructions"). It holds the user's custom instructions,
 // which the server adds to the system prompt of each new turn. Opening the dialog reads them
 // (`instructions` without text), Save sends them; an `instructions` frame answers both.
 

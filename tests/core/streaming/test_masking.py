@@ -1,5 +1,5 @@
-"""Credentials masked in streamed text across chunk boundaries (issue 14 item 6;
-docs/security.md "Secret leakage in streamed text"): :class:`SecretMask` over every way of
+"""Credentials masked in streamed text across chunk boundaries (docs/security.md
+"Secret leakage in streamed text"): :class:`SecretMask` over every way of
 cutting a text, and :class:`MaskingClient` in front of a real client and a real HTTP server."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the metrics hook costs per delta: the runner's per-event path with and without it.
 
 For each event the turn runner numbers it, appends it to the replay log, hands it to the
-turn's :class:`~jxai_app.ops.observe.TurnObserver` and publishes it to the followers
+turn's :class:`~jxai_app.turns.observe.TurnObserver` and publishes it to the followers
 (``TurnRunner._event``); a follower encodes each frame as JSON for its socket. This bench runs
 exactly that path over one turn's events (a round of 20,000 deltas with usage, a tool round
 before it) in two variants, alternated in the same run:
@@ -38,7 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from jxai_app.ops.observe import TurnObserver  # noqa: E402
+from jxai_app.turns.observe import TurnObserver  # noqa: E402
 from jxai_app.turns.delivery import LocalDelivery  # noqa: E402
 from jxai_app.turns.framing import encode  # noqa: E402
 from jxai_app.turns.replay import ReplayLog  # noqa: E402

@@ -30,8 +30,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from jxai_app import conf, mcp_tools
-from jxai_app.policy import ratelimit, tokens, toolpolicy, usage_report
+from jxai_app import conf
+from jxai_app.policy import ratelimit, tokens, usage_report
 from jxai_app.models import (
     ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ToolPolicy, UsageLedger,
     UserLimits, UserSettings,
@@ -39,6 +39,8 @@ from jxai_app.models import (
 from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
 from jxai_app.store.wire import with_tool_calls
+from jxai_app.tools import mcp as mcp_tools, policy as toolpolicy
+from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
 from jxai_app.web.charts import stacked_bars
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
@@ -415,13 +417,11 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
     def registered_tools_view(self, request: HttpRequest) -> HttpResponse:
         """Every tool of the registry, grouped by source (built-in, a tool module, an MCP
         server): name, description, pretty parameters schema, strict, llm_strict, effective
-        timeout, and who may use it — the rule of :mod:`jxai_app.policy.toolpolicy`, the same
+        timeout, and who may use it — the rule of :mod:`jxai_app.tools.policy`, the same
         one that decides what a turn offers. Above it, each MCP server's health as this
         worker process sees it (docs/mcp.md "Health in admin")."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        from jxai_app.conf import get_tool_registry  # settings-driven; loaded on first use
-
         policies = {p.tool_name: p for p in ToolPolicy.objects.all()}
         rules = toolpolicy.load_rules()
         rows, error = [], ""
@@ -433,7 +433,7 @@ class ToolPolicyAdmin(DeclaredFiltersOnly):
         manager = mcp_tools.current()
         mcp_sources = manager.sources() if manager is not None else {}
         health = {h.name: h for h in manager.health()} if manager is not None else {}
-        builtin = conf.builtin_tool_names()
+        builtin = builtin_tool_names()
         rank = {config.name: index for index, config in enumerate(servers, start=2)}
         for definition in definitions:
             rule = toolpolicy.rule_for(definition.name, rules)

@@ -1,7 +1,7 @@
 """The HTTP API: ``POST /ai/chat`` (SSE), ``GET /ai/models``, ``/problems/<slug>`` (docs/api.md).
 
 Thin: the rules live in :mod:`jxai_app.core.gateway` (pipeline), :mod:`jxai_app.web.authn` (tokens,
-session, CSRF), :mod:`jxai_app.policy.ratelimit` (limits) and :mod:`jxai_app.core.ssrf` (caller URLs).
+session, CSRF), :mod:`jxai_app.policy.budget` (limits) and :mod:`jxai_app.core.ssrf` (caller URLs).
 Refusals before the stream are ``application/problem+json`` at the problem's status with the
 body of docs/api.md "Problem documents" (``…problem, error: <detail>``) and, for 429, a ``Retry-After`` header.
 
@@ -25,14 +25,16 @@ from jxai_app.web import authn
 
 from jxai_app.core import gateway
 
-from jxai_app.ops import observe
-from jxai_app.policy import ratelimit
+from jxai_app.turns import observe
+from jxai_app.db import db_call, db_request
+from jxai_app.policy.budget import TurnBudget
 
 from jxai_app.core import ssrf
 from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.core.problems import PROBLEM_CONTENT_TYPE, PROBLEM_TYPES, problem, problem_body, type_uri
 from jxai_app.core.streaming.retry import RetryPolicy
 from jxai_app.turns import httpturn
+from jxai_app.turns.worker import get_hub
 
 __all__ = ["chat", "models", "problem_index", "problem_page", "problem_response"]
 
@@ -65,9 +67,9 @@ def _method_not_allowed(*allowed: str) -> HttpResponse:
                             headers={"Allow": ", ".join(allowed)})
 
 
-async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gateway.SelectedUpstream, int | None]:
+async def _accept(request: HttpRequest) -> tuple[gateway.ChatRequest, gateway.SelectedUpstream, TurnBudget]:
     """Run the checks in order (module :mod:`jxai_app.core.gateway`); raise the first refusal.
-    Returns the user, the request, its upstream and its quota reservation (docs/security.md
+    Returns the request, its upstream and its budget (docs/security.md
     "Quota reservations")."""
     principal = await authn.authenticate(request)
     caller = await gateway.resolve_upstream(
@@ -82,15 +84,15 @@ async def _accept(request: HttpRequest) -> tuple[Any, gateway.ChatRequest, gatew
                                      retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
                                      secrets=conf.stream_secrets())
     try:
-        reservation = await ratelimit.acheck_turn_allowed(principal.user,
-                                                          prompt_tokens=gateway.prompt_estimate(chat_request))
+        budget = await db_request(TurnBudget.admit, principal.user, prompt_tokens=gateway.prompt_estimate(chat_request),
+                                  model=upstream.model)
     except BaseException:
         await upstream.aclose()
         raise
     logger.info("ai/chat accepted: user=%s via=%s model=%s messages=%d bytes=%d caller_provider=%s",
                 principal.user.pk, principal.via, upstream.model, chat_request.message_count, chat_request.bytes,
                 caller is not None)
-    return principal.user, chat_request, upstream, reservation
+    return chat_request, upstream, budget
 
 
 @csrf_exempt  # CSRF is enforced by authn for session-authenticated requests only
@@ -106,7 +108,7 @@ async def chat(request: HttpRequest) -> HttpResponse:
     if conversation is not None:
         return await _conversation_chat(request, conversation)
     try:
-        user, chat_request, upstream, reservation = await _accept(request)
+        chat_request, upstream, budget = await _accept(request)
     except ProblemError as refusal:
         return problem_response(refusal.problem)
     except ConfigurationError:
@@ -116,8 +118,8 @@ async def chat(request: HttpRequest) -> HttpResponse:
     async def finish(outcome: gateway.StreamOutcome) -> None:
         observe.api_request_ended(upstream.model, outcome.usage, outcome.terminal)
         try:
-            await ratelimit.arecord_usage(user, outcome.usage, estimated=outcome.estimated, model=upstream.model,
-                                          failed=outcome.terminal == "error", reservation=reservation)
+            await db_call(budget.settle, outcome.usage, estimated=outcome.estimated,
+                          failed=outcome.terminal == "error")
         except Exception:  # the answer is already out; losing a count must not raise here
             logger.exception("ai/chat: recording usage failed")
 
@@ -144,7 +146,7 @@ async def _conversation_chat(request: HttpRequest, conversation: str) -> HttpRes
                                             max_message_chars=limits.max_message_chars)
         asked = httpturn.parse_conversation_request(conversation, messages=parsed.messages, tools=parsed.tools,
                                                     model=parsed.model)
-        cid, events = await httpturn.run_conversation_request(user=principal.user, request=asked)
+        cid, events = await httpturn.run_conversation_request(get_hub(), user=principal.user, request=asked)
     except ProblemError as refusal:
         return problem_response(refusal.problem)
     logger.info("ai/chat conversation %s: user=%s via=%s %s", cid, principal.user.pk, principal.via,

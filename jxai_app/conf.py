@@ -19,7 +19,6 @@ Model registry sources, first match wins (docs/architecture.md "Settings"; the v
 from __future__ import annotations
 
 import functools
-import importlib
 import ipaddress
 import json
 import os
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from jxai_app.core.agent import AgentPolicy
@@ -38,7 +36,6 @@ from jxai_app.core.mcp.config import McpServerConfig
 from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
-from jxai_app.core.tools import ToolRegistry, default_registry
 from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
 
 LOCAL_PROVIDER = "local"
@@ -184,63 +181,6 @@ def get_system_prompt() -> str:
     return str(settings.JXAI_SYSTEM_PROMPT)
 
 
-def _search_and_close(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
-    from django.db import connections
-
-    from jxai_app.store.dbsync import close_stale_connections
-    from jxai_app.store import (
-        conversation_search,  # Django layer, imported on first use
-    )
-
-    close_stale_connections()  # one left unusable here by an earlier task of this thread
-    try:
-        return conversation_search(owner=owner, query=query, limit=limit)
-    finally:
-        connections.close_all()  # this thread's connections only
-
-
-async def _search_conversations(owner: Any, query: str, limit: int) -> list[dict[str, Any]]:
-    """``search_conversations``' search (:func:`jxai_app.store.conversation_search`).
-
-    Runs the query in a worker thread of the event loop's default executor (in parallel,
-    like ``asyncio.to_thread``). Those threads are reused and belong to no request, so
-    nothing else would ever close a database connection opened there (Django closes
-    connections at the end of a request, in the request's own thread): the thread closes
-    its connections when the search ends, whatever ``CONN_MAX_AGE`` says. That costs one
-    connect per search and leaves no idle connection behind in an executor thread (which
-    would also keep PostgreSQL from dropping a test database).
-    """
-    return await sync_to_async(_search_and_close, thread_sensitive=False)(owner, query, limit)
-
-
-async def _save_note(owner: Any, text: str) -> dict[str, Any]:
-    """``save_note``'s store (:func:`jxai_app.store.notes.note_save`), in the worker's database threads."""
-    from jxai_app.store.dbsync import db_thread_call
-    from jxai_app.store.notes import note_save  # Django layer, imported on first use
-
-    return dict(await db_thread_call(note_save)(owner=owner, text=text))
-
-
-@functools.cache
-def get_tool_registry() -> ToolRegistry:
-    """The process-wide tool registry: the built-ins (with ``search_conversations`` bound to
-    the requesting user's own conversations) plus every module named in
-    ``JXAI_TOOL_MODULES``, each of which must define ``register(registry)``.
-
-    Raises:
-        ConfigurationError: a tool module cannot be imported or has no ``register``.
-    """
-    registry = _builtin_registry()
-    for dotted in settings.JXAI_TOOL_MODULES:
-        try:
-            module = importlib.import_module(dotted)
-            register = getattr(module, "register")
-        except (ImportError, AttributeError) as exc:
-            raise ConfigurationError(f"tool module {dotted!r} cannot be loaded: {exc}") from None
-        register(registry)
-    return registry
-
-
 def mcp_servers_from_env(environ: Mapping[str, str]) -> list[McpServerConfig]:
     """MCP servers from ``JXAI_MCP_SERVERS_JSON`` (a JSON list, or ``{"servers": [...]}``)
     or else ``JXAI_MCP_SERVERS_FILE`` (a file holding that JSON); ``[]`` when neither is set
@@ -294,17 +234,6 @@ def mcp_allow_internal() -> bool:
     """``JXAI_MCP_ALLOW_INTERNAL``: HTTP MCP servers may be on private or loopback addresses
     (docs/security.md "MCP servers"; default off)."""
     return bool(settings.JXAI_MCP_ALLOW_INTERNAL)
-
-
-def _builtin_registry() -> ToolRegistry:
-    """The built-in tools, their stores bound to this app (the one place they are listed)."""
-    return default_registry(search=_search_conversations, save_note=_save_note)
-
-
-@functools.cache
-def builtin_tool_names() -> frozenset[str]:
-    """The names of the built-in tools (admin groups the registry's tools by source)."""
-    return frozenset(defn.name for defn in _builtin_registry().list())
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +401,29 @@ def cost_per_day() -> Decimal:
     return value
 
 
+def db_threads() -> int:
+    """``JXAI_DB_THREADS``: the worker's database threads (default 8), so at most that many
+    connections per worker are in use at once (docs/operations.md "Database connections")."""
+    return max(1, int(settings.JXAI_DB_THREADS))
+
+
+def tools_default_allowed() -> bool:
+    """``JXAI_TOOLS_DEFAULT_ALLOWED``: whether a tool without a policy row is offered to
+    every user (default ``True``; docs/security.md, threat 2)."""
+    return bool(getattr(settings, "JXAI_TOOLS_DEFAULT_ALLOWED", True))
+
+
+def tool_modules() -> tuple[str, ...]:
+    """``JXAI_TOOL_MODULES``: dotted names of modules that each define ``register(registry)``."""
+    return tuple(settings.JXAI_TOOL_MODULES)
+
+
+def ws_session_check_seconds() -> float:
+    """``JXAI_WS_SESSION_CHECK_SECONDS``: how often an open socket re-checks its login
+    (default 30; docs/security.md, threat 10, asks for "within a minute")."""
+    return float(getattr(settings, "JXAI_WS_SESSION_CHECK_SECONDS", 30.0))
+
+
 def reset_caches() -> None:
-    """Forget the cached registries (tests that change settings or the environment)."""
+    """Forget the cached model registry (tests that change settings or the environment)."""
     get_model_registry.cache_clear()
-    get_tool_registry.cache_clear()

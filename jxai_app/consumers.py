@@ -33,17 +33,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
-from channels.db import database_sync_to_async
+from jxai_app.db import db_call
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 
 from jxai_app import conf
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
 from jxai_app.core.unicode import is_clean
-from jxai_app.turns import TurnHub, cancel_turn, get_hub
+from jxai_app.turns.hub import TurnHub
+from jxai_app.turns.worker import get_hub
 from jxai_app.turns.session import Session, SocketGone, error_frame
 from jxai_app.web.login import still_signed_in
 
@@ -63,36 +64,61 @@ UNAUTHENTICATED_CLOSE_CODE = 4401
 """Close code for a socket without a logged-in user (4000–4999 are the application's)."""
 TOO_MANY_SOCKETS_CLOSE_CODE = 4429
 """Close code for a socket over ``JXAI_MAX_SOCKETS_PER_USER`` (docs/websocket.md "Limits")."""
-DEFAULT_SESSION_CHECK_SECONDS = 30.0
 
 
-def session_check_seconds() -> float:
-    """``JXAI_WS_SESSION_CHECK_SECONDS``: how often an open socket re-checks its login
-    (default 30; the threat model asks for "within a minute")."""
-    return float(getattr(settings, "JXAI_WS_SESSION_CHECK_SECONDS", DEFAULT_SESSION_CHECK_SECONDS))
 
 _STR, _OPT_STR, _INT, _ID = "string", "string or null", "non-negative integer", "message id (positive integer)"
-_SHAPES: dict[str, dict[str, tuple[str, bool]]] = {
-    # type → member → (kind, required)
-    "send": {"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False)},
-    "cancel": {"conversationId": (_STR, True)},
-    "subscribe": {"conversationId": (_STR, True)},
-    "resync": {"conversationId": (_STR, True), "turnId": (_STR, True), "afterSeq": (_INT, True)},
-    "retry": {"conversationId": (_STR, True)},
-    "rename": {"conversationId": (_STR, True), "title": (_STR, True)},
-    "delete": {"conversationId": (_STR, True)},
-    "list": {"before": (_OPT_STR, False)},
-    "approve": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
-    "deny": {"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
-    # issue 15 (docs/websocket.md "Search, feedback and custom instructions")
-    "search": {"query": (_STR, True)},
-    "feedback": {"messageId": (_INT, True), "rating": (_OPT_STR, True), "comment": (_STR, False)},
-    "instructions": {"text": (_STR, False)},
-    "edit": {"conversationId": (_STR, True), "messageId": (_ID, True), "text": (_STR, True),
-             "model": (_OPT_STR, False)},
-    "regenerate": {"conversationId": (_STR, True), "messageId": (_ID, True), "model": (_OPT_STR, False)},
-    "switch_branch": {"conversationId": (_STR, True), "messageId": (_ID, True)},
+
+Handler = Callable[[Session, dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One client frame type: its members (member → (kind, required)) and its handler."""
+
+    members: dict[str, tuple[str, bool]]
+    handle: Handler
+    at_once: bool = False
+    """Handled as it arrives, not after the session's queued requests (``cancel``: Stop must
+    not wait behind a snapshot)."""
+
+
+def _model(frame: dict[str, Any]) -> str | None:
+    return frame.get("model") or None
+
+
+REQUESTS: dict[str, Request] = {  # docs/websocket.md "Client → server"
+    "send": Request({"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False)},
+                    lambda s, f: s.send_message(f.get("conversationId"), f["text"], _model(f))),
+    "cancel": Request({"conversationId": (_STR, True)}, lambda s, f: s.cancel(f["conversationId"]), at_once=True),
+    "subscribe": Request({"conversationId": (_STR, True)}, lambda s, f: s.subscribe(f["conversationId"])),
+    "resync": Request({"conversationId": (_STR, True), "turnId": (_STR, True), "afterSeq": (_INT, True)},
+                      lambda s, f: s.resync(f["conversationId"], f["turnId"], f["afterSeq"])),
+    "retry": Request({"conversationId": (_STR, True)}, lambda s, f: s.retry(f["conversationId"])),
+    "rename": Request({"conversationId": (_STR, True), "title": (_STR, True)},
+                      lambda s, f: s.rename(f["conversationId"], f["title"])),
+    "delete": Request({"conversationId": (_STR, True)}, lambda s, f: s.delete(f["conversationId"])),
+    "list": Request({"before": (_OPT_STR, False)}, lambda s, f: s.list(f.get("before"))),
+    "approve": Request({"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
+                       lambda s, f: s.decide(f["conversationId"], f["callId"], True, f.get("reason") or "")),
+    "deny": Request({"conversationId": (_STR, True), "callId": (_STR, True), "reason": (_OPT_STR, False)},
+                    lambda s, f: s.decide(f["conversationId"], f["callId"], False, f.get("reason") or "")),
+    # docs/websocket.md "Search, feedback and custom instructions"
+    "search": Request({"query": (_STR, True)}, lambda s, f: s.search(f["query"])),
+    "feedback": Request({"messageId": (_INT, True), "rating": (_OPT_STR, True), "comment": (_STR, False)},
+                        lambda s, f: s.feedback(f["messageId"], f["rating"], f.get("comment", ""))),
+    "instructions": Request({"text": (_STR, False)}, lambda s, f: s.instructions(f.get("text"))),
+    # docs/websocket.md "Branches"
+    "edit": Request({"conversationId": (_STR, True), "messageId": (_ID, True), "text": (_STR, True),
+                     "model": (_OPT_STR, False)},
+                    lambda s, f: s.edit(f["conversationId"], f["messageId"], f["text"], _model(f))),
+    "regenerate": Request({"conversationId": (_STR, True), "messageId": (_ID, True), "model": (_OPT_STR, False)},
+                          lambda s, f: s.regenerate(f["conversationId"], f["messageId"], _model(f))),
+    "switch_branch": Request({"conversationId": (_STR, True), "messageId": (_ID, True)},
+                             lambda s, f: s.switch_branch(f["conversationId"], f["messageId"])),
 }
+"""Every client frame type (docs/websocket.md): the one table the consumer checks frames
+against and dispatches them by."""
 
 
 def _unicode(value: str) -> bool:
@@ -134,10 +160,10 @@ def parse_frame(text: str | None, data: bytes | None, *, max_bytes: int) -> dict
     if not isinstance(frame, dict):
         raise _invalid("A frame must be a JSON object with a type.")
     kind = frame.get("type")
-    if not isinstance(kind, str) or kind not in _SHAPES:
-        known = ", ".join(_SHAPES)
+    if not isinstance(kind, str) or kind not in REQUESTS:
+        known = ", ".join(REQUESTS)
         raise _invalid(f"Unknown frame type {kind!r}; expected one of {known}.")
-    for member, (expected, required) in _SHAPES[kind].items():
+    for member, (expected, required) in REQUESTS[kind].members.items():
         if member not in frame:
             if required:
                 raise _invalid(f"'{kind}' needs '{member}' ({expected}).")
@@ -192,9 +218,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """Close with 4401 once the login is gone (module docstring); a failing check (the
         database briefly unreachable) is logged and tried again next time."""
         while True:
-            await asyncio.sleep(session_check_seconds())
+            await asyncio.sleep(conf.ws_session_check_seconds())
             try:
-                valid = await database_sync_to_async(still_signed_in)(user_pk, session_key)
+                valid = await db_call(still_signed_in, user_pk, session_key)
             except Exception:
                 logger.exception("websocket: could not re-check the login of user %s", user_pk)
                 continue
@@ -265,47 +291,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             session.refuse(exc.problem)
             return
         kind = frame["type"]
-        cid = frame.get("conversationId")
-        if kind == "cancel":
-            try:
-                await cancel_turn(user=self.user, conversation_id=cid, hub=self.hub)
-            except ProblemError as exc:
-                session.refuse(exc.problem, request=kind, conversation_id=cid)
-            except Exception:
-                logger.exception("cancel failed")
-                session.refuse(problem("internal-error", "Stop failed unexpectedly."), request=kind,
-                               conversation_id=cid)
-            return
-        job: Callable[[], Any]
-        if kind == "send":
-            job = lambda: session.send_message(cid, frame["text"], frame.get("model") or None)  # noqa: E731
-        elif kind == "subscribe":
-            job = lambda: session.subscribe(cid)  # noqa: E731
-        elif kind == "resync":
-            job = lambda: session.resync(cid, frame["turnId"], frame["afterSeq"])  # noqa: E731
-        elif kind == "retry":
-            job = lambda: session.retry(cid)  # noqa: E731
-        elif kind == "rename":
-            job = lambda: session.rename(cid, frame["title"])  # noqa: E731
-        elif kind == "delete":
-            job = lambda: session.delete(cid)  # noqa: E731
-        elif kind in ("approve", "deny"):
-            job = lambda: session.decide(cid, frame["callId"], kind == "approve", frame.get("reason") or "")  # noqa: E731
-        elif kind == "search":
-            job = lambda: session.search(frame["query"])  # noqa: E731
-        elif kind == "feedback":
-            job = lambda: session.feedback(frame["messageId"], frame["rating"], frame.get("comment", ""))  # noqa: E731
-        elif kind == "instructions":
-            job = lambda: session.instructions(frame.get("text"))  # noqa: E731
-        elif kind == "edit":
-            job = lambda: session.edit(cid, frame["messageId"], frame["text"], frame.get("model") or None)  # noqa: E731
-        elif kind == "regenerate":
-            job = lambda: session.regenerate(cid, frame["messageId"], frame.get("model") or None)  # noqa: E731
-        elif kind == "switch_branch":
-            job = lambda: session.switch_branch(cid, frame["messageId"])  # noqa: E731
+        request = REQUESTS[kind]
+        if request.at_once:
+            await session.run_now(kind, frame.get("conversationId"), lambda: request.handle(session, frame))
         else:
-            job = lambda: session.list(frame.get("before"))  # noqa: E731
-        session.submit(kind, cid, job)
+            session.submit(kind, frame.get("conversationId"), lambda: request.handle(session, frame))
 
 
 __all__ += ["error_frame", "parse_frame"]

@@ -9,7 +9,7 @@ around them (API tokens, tool policies, limits, usage).
                      └─ parent: a tree of branches; Conversation.active_leaf ends the path shown
     ApiToken        hashed jxai API tokens (docs/api.md "Authentication")
     Note            a user's notes (the approval demonstration tool writes them)
-    ToolPolicy      per-tool gate edited in admin (rules in jxai_app.policy.toolpolicy)
+    ToolPolicy      per-tool gate edited in admin (rules in jxai_app.tools.policy)
     UserLimits      per-user overrides of the rate limits and quotas
     UsageLedger     tokens, cost and provider requests per user, model and UTC day (jxai_app.policy.usage)
     TokenReservation  tokens held against the daily quota by requests still running (jxai_app.policy.reservations)
@@ -28,8 +28,12 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+
+from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.mcp import McpServerConfig
 
 
 class ConversationStatus(models.TextChoices):
@@ -364,7 +368,7 @@ class ApiToken(models.Model):
 class ToolPolicy(models.Model):
     """Who may use a registered tool and within what limits (edited in admin; docs/security.md, threat 2).
 
-    The rules that read these rows live in :mod:`jxai_app.policy.toolpolicy` (offered tools per
+    The rules that read these rows live in :mod:`jxai_app.tools.policy` (offered tools per
     user and turn, and the admin's "who may use it"). A tool without a row follows the
     setting ``JXAI_TOOLS_DEFAULT_ALLOWED``.
     """
@@ -581,8 +585,6 @@ class McpServer(models.Model):
         Raises:
             ConfigurationError: a value the configuration refuses (see its checks).
         """
-        from jxai_app.core.mcp import McpServerConfig
-
         return McpServerConfig(
             name=self.name, transport=self.transport, command=self.command,  # type: ignore[arg-type]
             args=tuple(str(a) for a in self.arguments or ()), env_names=tuple(str(e) for e in self.env_names or ()),
@@ -591,10 +593,6 @@ class McpServer(models.Model):
             enabled=self.enabled)
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from jxai_app.core.errors import ConfigurationError
-
         try:
             self.to_config()
         except (ConfigurationError, TypeError, ValueError) as exc:

@@ -7,7 +7,7 @@ connection per request/operation instead, as Django's own test runner assumes.
 
 That alone closes nothing in a worker thread: Django closes connections at a request's end,
 and its test clients switch even that off. The app's own async-to-sync database calls close
-theirs (:mod:`jxai_app.store.dbsync`); what tests run there themselves (Django's async ORM,
+theirs (:mod:`jxai_app.db`); what tests run there themselves (Django's async ORM,
 ``sync_to_async``) is closed after each test by :func:`_close_shared_sync_thread_connections`.
 """
 

@@ -30,7 +30,6 @@ original package's handler"):
 from __future__ import annotations
 
 import json
-import math
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Final, Mapping, Sequence, cast
@@ -46,6 +45,7 @@ from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.core.streaming.usage import reached_provider
+from jxai_app.core.tokens import tokens_for_chars
 from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
@@ -67,8 +67,6 @@ __all__ = [
 READ_CHUNK_BYTES: Final[int] = 64 * 1024
 """Bytes read from the request body at a time; reading stops at the chunk that crosses the limit."""
 WIRE_VERSION: Final[int] = 1
-CHARS_PER_TOKEN: Final[int] = 4
-"""Rough characters per token for usage estimates (the store's rule, jxai_app.store.usage)."""
 REDACTED: Final[str] = "[redacted]"
 _INVALID_JSON: Final[str] = "Invalid JSON body"
 
@@ -380,7 +378,7 @@ def prompt_estimate(chat: ChatRequest) -> int:
     stream whose provider reported none; docs/security.md "Quota reservations")."""
     chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
         (len(json.dumps(chat.tools, ensure_ascii=False)) if chat.tools else 0)
-    return math.ceil(chars / CHARS_PER_TOKEN)
+    return tokens_for_chars(chars)
 
 
 def _produced_chars(event: StreamEvent) -> int:
@@ -429,7 +427,7 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
                 outcome.usage.pop("type", None)
             elif produced or reached_provider(last):  # the prompt counts once it reached the provider
                 outcome = StreamOutcome({"inputTokens": prompt_estimate(chat),
-                                         "outputTokens": math.ceil(produced / CHARS_PER_TOKEN)}, True, terminal)
+                                         "outputTokens": tokens_for_chars(produced)}, True, terminal)
             else:  # the provider refused it with an HTTP status: nothing to count
                 outcome = StreamOutcome({"inputTokens": 0, "outputTokens": 0}, True, terminal)
             await on_finish(outcome)

@@ -56,6 +56,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from jxai_app.core.errors import ConfigurationError
+from jxai_app.core.streaming.presets import PROVIDER_PRESETS
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
 
@@ -231,10 +232,6 @@ def _check_url(where: str, url: str) -> None:
 
 def _preset_fields(name: str, preset_name: str, presets: Mapping[str, Any] | None) -> dict[str, Any]:
     if presets is None:
-        try:
-            from jxai_app.core.streaming import PROVIDER_PRESETS
-        except ImportError as exc:  # the streaming package is not importable
-            raise ConfigurationError(f"model configuration: providers.{name}.preset: presets unavailable ({exc})") from exc
         presets = PROVIDER_PRESETS
     if preset_name not in presets:
         raise ConfigurationError(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jxai_app.core.errors import ConfigurationError, UnknownModelError
+from jxai_app.core.streaming import AnthropicChatClient, OpenAIChatClient, ProxyChatClient, ResponsesChatClient
 from jxai_app.core.model_config import (
     DEFAULT_CONTEXT_WINDOW,
     ModelConfig,
@@ -193,8 +194,6 @@ class ModelRegistry:
             # Not an error here: some servers take a key only optionally (vLLM, local
             # gateways); a provider that needs one answers 401, which the client reports.
             logger.warning("model %s: environment variable %s is not set; sending no key", alias, provider.api_key_env)
-        from jxai_app.core.streaming import AnthropicChatClient, OpenAIChatClient, ProxyChatClient, ResponsesChatClient
-
         common: dict[str, Any] = {
             "api_key": api_key,
             "extra_headers": dict(provider.extra_headers) or None,

@@ -17,7 +17,7 @@ from jxai_app import conf
 from jxai_app.api import problem_response
 from jxai_app.core.problems import problem
 from jxai_app.ops import health, metrics
-from jxai_app.turns.hub import get_hub
+from jxai_app.turns.worker import get_hub
 
 __all__ = ["healthz", "metrics_view", "readyz"]
 

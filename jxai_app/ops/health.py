@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from jxai_app.store.dbsync import db_thread_call
+from jxai_app.db import db_call
+from jxai_app.models import Conversation
 
 __all__ = ["DATABASE_TIMEOUT", "readiness"]
 
@@ -20,8 +21,6 @@ DATABASE_TIMEOUT = 2.0
 
 
 def _database_answers() -> None:
-    from jxai_app.models import Conversation
-
     Conversation.objects.only("pk").exists()
 
 
@@ -37,7 +36,7 @@ async def readiness(hub: Any) -> dict[str, str]:
         "drain": "ok" | "draining"}``; ready when every value is ``"ok"``.
     """
     try:
-        await asyncio.wait_for(db_thread_call(_database_answers)(), DATABASE_TIMEOUT)
+        await asyncio.wait_for(db_call(_database_answers), DATABASE_TIMEOUT)
         database = "ok"
     except Exception:  # any failure to answer (refused, reset, timeout) is the same to a probe
         database = "unreachable"

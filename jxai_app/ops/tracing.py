@@ -74,7 +74,7 @@ def _content(value: Any) -> str:
 
 
 class TurnTrace:
-    """The spans of one turn; fed by :class:`jxai_app.ops.observe.TurnObserver`.
+    """The spans of one turn; fed by :class:`jxai_app.turns.observe.TurnObserver`.
 
     Args:
         tracer: the tracer.

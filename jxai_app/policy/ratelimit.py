@@ -3,8 +3,8 @@ threat 3, and "Limits: why the database, and what it costs"; docs/operations.md 
 
 Shared by ``POST /ai/chat`` and the websocket turn runner: call :func:`check_turn_allowed`
 before a turn contacts the provider, and :func:`record_usage` once per provider request
-with the usage it reported (or an estimate, marked as such). Both have ``a``-prefixed async
-twins for async callers.
+with the usage it reported (or an estimate, marked as such). Both are sync: async callers
+run them through :func:`jxai_app.db.db_call`.
 
 Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`` through
 :func:`jxai_app.conf.get_limits`, ``JXAI_COST_PER_DAY`` through :func:`jxai_app.conf.cost_per_day`), overridden per user by a :class:`~jxai_app.models.UserLimits`
@@ -44,18 +44,16 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from jxai_app import conf
+from jxai_app.models import TurnAdmission, UserLimits
 from jxai_app.policy import reservations
 from jxai_app.policy import usage as ledger
 from jxai_app.policy.cost import request_cost
-from jxai_app.store.dbsync import database_sync_to_async
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
 
 __all__ = [
     "Allowance",
-    "acheck_turn_allowed",
     "allowance_for",
-    "arecord_usage",
     "check_turn_allowed",
     "lock_user",
     "now",
@@ -85,8 +83,6 @@ class Allowance:
 
 def allowance_for(user: Any) -> Allowance:
     """Settings defaults with the user's :class:`~jxai_app.models.UserLimits` overrides applied."""
-    from jxai_app.models import UserLimits
-
     limits = conf.get_limits()
     row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day",
                                                             "cost_per_day").first() or {}
@@ -192,24 +188,21 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
         ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
         return counts.total
     with transaction.atomic():
-        ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
-        reservations.settle(reservation, user.pk)
+        day = today(now())
+        ledger.ledger_add(user.pk, day, counts, model=model or "", cost=cost, failed=failed)
+        reservations.settle(reservation, user.pk, day)
     return counts.total
 
 
 # -- turns per minute ----------------------------------------------------------------------
 def turns_in_last_minute(user: Any) -> int:
     """Turns admitted for ``user`` in the last 60 s."""
-    from jxai_app.models import TurnAdmission
-
     return TurnAdmission.objects.filter(user_id=user.pk, at__gt=now() - WINDOW).count()
 
 
 def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
     """The refusal once the minute's ``limit`` is used: one more fits once all but
     ``limit - 1`` of the window's turns have left it."""
-    from jxai_app.models import TurnAdmission
-
     newest = list(TurnAdmission.objects.filter(user_id=user.pk).order_by("-at").values_list("at", flat=True)[:limit])
     retry = max(1, math.ceil((newest[-1] + WINDOW - now).total_seconds()))
     return problem_error("rate-limited", f"You may start at most {limit} turns per minute; retry in {retry} s.",
@@ -250,8 +243,6 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
             the oldest counted turn leaves the window.
         django.db.DatabaseError: the database is unreachable.
     """
-    from jxai_app.models import TurnAdmission
-
     at = now()
     refusal: ProblemError | None = None
     reservation: int | None = None
@@ -275,11 +266,3 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
         raise refusal
     return reservation
 
-
-acheck_turn_allowed = database_sync_to_async(check_turn_allowed)
-"""Async twin of :func:`check_turn_allowed`. Runs it in a worker thread through
-:func:`jxai_app.store.dbsync.database_sync_to_async`, which closes that thread's unusable or expired
-(``CONN_MAX_AGE``) connections before and after the call, as Django does at a request's start
-and end; plain ``sync_to_async`` would leave a connection open in the thread."""
-arecord_usage = database_sync_to_async(record_usage)
-"""Async twin of :func:`record_usage` (a worker thread, connections closed as above)."""

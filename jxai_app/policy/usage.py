@@ -21,7 +21,6 @@ day's rows of every model); admin lists the rows and charts them (:mod:`jxai_app
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -29,6 +28,9 @@ from typing import Any, Mapping
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
+
+from jxai_app.core.tokens import token_count
+from jxai_app.models import UsageLedger
 
 __all__ = ["Spent", "UsageCounts", "counts_from", "ledger_add", "spent_on"]
 
@@ -49,15 +51,6 @@ class UsageCounts:
         return self.input_tokens + self.output_tokens
 
 
-def _count(value: Any) -> int:
-    """A finite non-negative whole count, else 0 (``True``/``False`` are not counts; docs/store.md "Usage and context tokens")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    if not math.isfinite(value) or value < 0:
-        return 0
-    return int(value)
-
-
 def counts_from(usage: Mapping[str, Any] | None, *, estimated: bool = False) -> UsageCounts:
     """Read ``{"inputTokens", "outputTokens"[, "estimated"]}`` (the ``usage`` event's wire
     form or the saved shape, :mod:`jxai_app.store.usage`); a missing or bad count is 0.
@@ -66,10 +59,10 @@ def counts_from(usage: Mapping[str, Any] | None, *, estimated: bool = False) -> 
     """
     if not isinstance(usage, Mapping):
         return UsageCounts(estimated=estimated)
-    inp = _count(usage.get("inputTokens"))
-    return UsageCounts(input_tokens=inp, output_tokens=_count(usage.get("outputTokens")),
+    inp = (token_count(usage.get("inputTokens")) or 0)
+    return UsageCounts(input_tokens=inp, output_tokens=(token_count(usage.get("outputTokens")) or 0),
                        estimated=bool(estimated or usage.get("estimated") is True),
-                       cached_input_tokens=min(inp, _count(usage.get("cachedInputTokens"))))
+                       cached_input_tokens=min(inp, (token_count(usage.get("cachedInputTokens")) or 0)))
 
 
 def ledger_add(user_id: Any, day: date, counts: UsageCounts, *, model: str = "", cost: Decimal = Decimal(0),
@@ -102,8 +95,6 @@ def ledger_add(user_id: Any, day: date, counts: UsageCounts, *, model: str = "",
         "requests": F("requests") + requests,
         "failed_requests": F("failed_requests") + fails,
     }
-    from jxai_app.models import UsageLedger
-
     rows = UsageLedger.objects.filter(user_id=user_id, day=day, model=model)
     with transaction.atomic():
         if rows.update(**increments):
@@ -132,8 +123,6 @@ class Spent:
 
 def spent_on(user_id: Any, day: date) -> Spent:
     """The user's tokens (input + output) and cost on ``day``, summed over the day's rows (1 query)."""
-    from jxai_app.models import UsageLedger
-
     sums = UsageLedger.objects.filter(user_id=user_id, day=day).aggregate(
         inp=Sum("input_tokens"), out=Sum("output_tokens"), cost=Sum("cost_usd"))
     return Spent(tokens=int(sums["inp"] or 0) + int(sums["out"] or 0), cost=Decimal(sums["cost"] or 0))

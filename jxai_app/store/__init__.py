@@ -13,11 +13,11 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_page(*, user, before=None, size) -> (list[Conversation], next cursor | None)
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
-    message_send(*, user, conversation_id | None, text, model=None, admit=True, lease=6.0, replaces=None) -> TurnStart
-    answer_regenerate(*, user, conversation_id, message_id, model=None, admit=True, lease=6.0) -> TurnStart
+    message_send(*, user, conversation_id | None, text, model=None, lease=6.0, replaces=None) -> TurnStart
+    answer_regenerate(*, user, conversation_id, message_id, model=None, lease=6.0) -> TurnStart
     branch_switch(*, user, conversation_id, message_id) -> Conversation
     active_path(conversation) -> ActivePath {messages, siblings}; siblings_of(message) -> Siblings
-    turn_cancel(*, user, conversation_id) -> UUID | None
+    turn_cancel(*, user, conversation_id) -> Recovered | None
     message_retry(*, user, conversation_id) -> str | None
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     message_search(*, owner, query, limit=20) -> list[dict]                      (own only)
@@ -26,7 +26,8 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     system_prompt_for(*, user, base) -> str                 (base + custom instructions)
     to_messages(conversation) -> list[dict]                                       (OpenAI wire)
     conversations_export(conversations) -> list[dict]
-    turns_recover(*, lease=6.0, everything=False, exclude=()) -> [Recovered]; strays_drop() -> int
+    turns_lapsed(*, lease=6.0, everything=False, exclude=()) -> [(conversation id, turn id)]
+    turn_abandon(*, conversation_id, turn_id, interrupted, lease=None) -> Recovered | None; strays_drop() -> int
     leases_renew(turn_ids) -> set of the turns still running
     approval_decide(*, user, conversation_id, call_id, approved, reason, timeout) -> Decided
     approvals_expire(*, timeout) -> [Decided]; approvals_stop(*, user, conversation_id) -> bool
@@ -54,7 +55,7 @@ from jxai_app.store.conversation import (
 from jxai_app.store.feedback import feedback_set
 from jxai_app.store.instructions import instructions_get, instructions_set, system_prompt_for
 from jxai_app.store.recorder import TurnRecorder
-from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_recover
+from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_lapsed
 from jxai_app.store.search import conversation_search, message_search
 from jxai_app.store.turn import TurnStart, answer_regenerate, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
@@ -75,5 +76,5 @@ __all__ = [
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "feedback_set",
     "instructions_get", "instructions_set", "message_search", "system_prompt_for", "lease_lapsed", "leases_renew",
     "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
-    "turn_abandon", "turn_cancel", "turns_recover", "usage_estimate", "usage_from",
+    "turn_abandon", "turn_cancel", "turns_lapsed", "usage_estimate", "usage_from",
 ]

@@ -5,14 +5,16 @@ is written per delta: the agent loop assembles each round's assistant message, a
 recorder saves what the loop assembled when the round ends. Writes per turn::
 
     send                 one INSERT each of user message and placeholder + the claim (message_send)
-    finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls, +1 ledger upsert),
-                         1 UPDATE of the turn's quota reservation
+    finish_round         1 UPDATE of the placeholder (+1 INSERT of its calls)
     begin_round          1 INSERT of the next placeholder + 1 UPDATE of the active leaf
     attach_tool_result   1 INSERT of the tool reply + 1 UPDATE of the call + 1 UPDATE of the active leaf
-    end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder),
-                               1 DELETE of the turn's quota reservation
-    pause                1 UPDATE of the conversation + 1 UPDATE of the calls that wait for approval,
-                         1 DELETE of the turn's quota reservation (a waiting turn holds none)
+    end_turn / fail / cancel   1 UPDATE of the conversation (+1 DELETE of a partial placeholder)
+    pause                1 UPDATE of the conversation + 1 UPDATE of the calls that wait for approval
+
+The turn's budget (:mod:`jxai_app.policy.budget`) writes beside them, in the same
+transaction, which the turn's runner opens (docs/turns.md "Writes"): a round's usage with
+``finish_round`` (or alone, for a round that saved nothing), the turn's reservation deleted
+with the end or the pause (a waiting turn holds none).
 
 Each message the turn inserts is a child of the one before it and becomes the conversation's
 active leaf (docs/store.md "Branches"); the turn's messages are the conversation's newest, so
@@ -36,7 +38,6 @@ from django.utils import timezone
 from jxai_app.models import (
     ApprovalState, Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall,
 )
-from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.branches import leaf_after_drop
 from jxai_app.store.common import storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
@@ -101,8 +102,10 @@ class TurnRecorder:
                      estimated: bool, call_started: Mapping[str, datetime] | None = None) -> bool:
         """Complete the round's message with what the agent loop assembled (the row stays
         even when empty; the wire leaves empty ones out), in one transaction: the
-        placeholder's UPDATE, one INSERT of its calls, and the round's tokens in the user's
-        usage ledger (the same figures as the row, so they always agree).
+        placeholder's UPDATE and one INSERT of its calls; the caller settles the round's
+        tokens in the user's usage ledger in the same transaction
+        (:meth:`jxai_app.policy.budget.TurnBudget.settle`, with the same figures as the row,
+        so they always agree: docs/turns.md "Writes").
 
         Args:
             message: the loop's assistant wire message (``content``, ``reasoning_content``,
@@ -135,28 +138,12 @@ class TurnRecorder:
                              name=storable(c["function"]["name"]), arguments=storable(c["function"]["arguments"]),
                              started_at=started.get(c["id"], now))
                     for i, c in enumerate(calls)])
-            self._settle(usage, estimated=estimated)  # spent even when the message is no longer ours
         if not written:
             return self._lose()
         self.round_open = False
         if usage:
             self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
         return True
-
-    def record_usage(self, usage: Mapping[str, Any] | None, *, estimated: bool, failed: bool = False) -> None:
-        """Count a round that saved no message (an error, or Stop) in the user's ledger: its
-        tokens were spent all the same, and a ``failed`` one counts toward the error rate
-        (1 upsert; nothing when ``usage`` is ``None`` and the round did not fail), and settle
-        its quota reservation (1 UPDATE), in one transaction."""
-        with transaction.atomic():
-            self._settle(usage, estimated=estimated, failed=failed)
-
-    def _settle(self, usage: Mapping[str, Any] | None, *, estimated: bool, failed: bool = False) -> None:
-        """The round's tokens into the ledger (its model's row) and its reservation back to 0
-        (docs/security.md "Quota reservations"); call it inside a transaction."""
-        if usage or failed:
-            ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model, failed=failed)
-        reservations.release_round(self.turn_id)
 
     def begin_round(self) -> bool:
         """Open the next round's placeholder (1 INSERT) after tool results (nothing while
@@ -275,13 +262,9 @@ class TurnRecorder:
             written = Conversation.objects.filter(pk=self.conversation_id, turn_id=self.turn_id).update(**changes)
             if not written:
                 transaction.set_rollback(True)
-            else:  # a paused turn's reservation ends too: its resumed turn reserves afresh
-                reservations.end_turn(self.turn_id, getattr(self.user, "pk", None))
-                if waiting:
-                    ToolCall.objects.filter(message_id=self.message_id,
-                                            call_id__in=[storable(c) for c in waiting]).update(
-                        approval_state=ApprovalState.AWAITING, approver=self.user,
-                        approval_requested_at=timezone.now())
+            elif waiting:
+                ToolCall.objects.filter(message_id=self.message_id, call_id__in=[storable(c) for c in waiting]).update(
+                    approval_state=ApprovalState.AWAITING, approver=self.user, approval_requested_at=timezone.now())
         if not written:
             return self._lose()
         self.ended, self.round_open, self.stopped_question = True, False, marked

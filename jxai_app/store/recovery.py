@@ -32,12 +32,11 @@ from django.utils import timezone
 
 from jxai_app.core.problems import problem
 from jxai_app.models import Conversation, ConversationStatus, Message, MessageStatus
-from jxai_app.policy import reservations
 from jxai_app.store.branches import leaf_after_drop
 from jxai_app.store.common import LEASE_SECONDS
 
 __all__ = ["INTERRUPTED", "Recovered", "lease_lapsed", "leases_renew", "strays_drop", "turn_abandon",
-           "turns_recover"]
+           "turns_lapsed"]
 
 INTERRUPTED = ("The answer was interrupted: the server running it stopped before it finished. "
                "The partial answer was dropped; Retry to ask again.")
@@ -46,11 +45,14 @@ INTERRUPTED = ("The answer was interrupted: the server running it stopped before
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    """One recovered turn: where to publish its end."""
+    """One turn ended without its runner: where to publish its end, and what its budget
+    forfeits (:func:`jxai_app.policy.budget.forfeit`)."""
 
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
     owner_id: Any
+    model: str
+    """The conversation's model alias (prices the forfeited prompt)."""
 
 
 def _cutoff(lease: float, now: datetime | None) -> datetime:
@@ -65,14 +67,13 @@ def lease_lapsed(conversation: Conversation, *, lease: float = LEASE_SECONDS, no
     return conversation.turn_heartbeat is None or conversation.turn_heartbeat < _cutoff(lease, now)
 
 
-@transaction.atomic
 def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, interrupted: bool,
-                 lease: float | None = None, now: datetime | None = None) -> bool:
+                 lease: float | None = None, now: datetime | None = None) -> Recovered | None:
     """End turn ``turn_id`` of a conversation, dropping its partial message (completed rounds
     stay): Stop of a turn nobody runs (``interrupted`` False → ``idle``, error cleared) or the
-    recovery of a dead one (``interrupted`` True → ``error`` with :data:`INTERRUPTED`).
-    The turn's quota reservation is forfeited: the prompt of a request still in flight
-    counts as estimated usage (:func:`jxai_app.policy.reservations.forfeit_turn`).
+    recovery of a dead one (``interrupted`` True → ``error`` with :data:`INTERRUPTED`). Runs
+    in the caller's transaction (one of its own when there is none); the caller forfeits
+    the turn's budget in it (:func:`jxai_app.policy.budget.forfeit`).
 
     Args:
         conversation_id: the conversation (ownership already checked by the caller).
@@ -83,8 +84,14 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
         now: the time to judge the lease by (tests); default now.
 
     Returns:
-        True when this call ended the turn, False when it had ended already or is alive.
+        The ended turn, or ``None`` when it had ended already or is alive.
     """
+    with transaction.atomic():
+        return _abandon(conversation_id, turn_id, interrupted, lease, now)
+
+
+def _abandon(conversation_id: uuid.UUID, turn_id: uuid.UUID | None, interrupted: bool, lease: float | None,
+             now: datetime | None) -> Recovered | None:
     rows = Conversation.objects.filter(pk=conversation_id, status=ConversationStatus.STREAMING, turn_id=turn_id)
     if lease is not None:
         cutoff = _cutoff(lease, now)
@@ -93,17 +100,16 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     if interrupted:
         changes = {"status": ConversationStatus.ERROR, "last_error": INTERRUPTED,
                    "last_problem": problem("internal-error", INTERRUPTED, code="turn_interrupted")}
-    ended = rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes)
-    if ended:
-        partial = Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING)
-        parents = list(partial.values_list("parent_id", flat=True))
-        if parents:
-            partial.delete()
-            leaf, _ = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
-            Conversation.objects.filter(pk=conversation_id).update(active_leaf_id=leaf)
-        model = Conversation.objects.filter(pk=conversation_id).values_list("model", flat=True).first()
-        reservations.forfeit_turn(turn_id, model=model or "")
-    return bool(ended)
+    if not rows.update(turn_id=None, turn_heartbeat=None, updated_at=timezone.now(), **changes):
+        return None
+    partial = Message.objects.filter(conversation_id=conversation_id, status=MessageStatus.STREAMING)
+    parents = list(partial.values_list("parent_id", flat=True))
+    if parents:
+        partial.delete()
+        leaf, _ = leaf_after_drop(conversation_id, parents[0], stopped=not interrupted)
+        Conversation.objects.filter(pk=conversation_id).update(active_leaf_id=leaf)
+    owner, model = Conversation.objects.filter(pk=conversation_id).values_list("owner_id", "model").get()
+    return Recovered(conversation_id=conversation_id, turn_id=turn_id, owner_id=owner, model=model or "")
 
 
 def leases_renew(turn_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
@@ -123,10 +129,11 @@ def leases_renew(turn_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
     return live
 
 
-def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False, now: datetime | None = None,
-                  exclude: Collection[uuid.UUID] = ()) -> list[Recovered]:
-    """Recover every dead turn (one indexed query for the candidates; the workers' lease
-    watch runs it every second).
+def turns_lapsed(*, lease: float = LEASE_SECONDS, everything: bool = False, now: datetime | None = None,
+                 exclude: Collection[uuid.UUID] = ()) -> list[tuple[uuid.UUID, uuid.UUID | None]]:
+    """The dead turns to recover (one indexed query; the workers' lease watch runs it every
+    second): ``(conversation id, turn id)`` of each; end each with :func:`turn_abandon`
+    (with ``lease``, so a runner that renewed since keeps its turn).
 
     Args:
         lease: seconds after which an unrenewed lease has lapsed.
@@ -136,18 +143,12 @@ def turns_recover(*, lease: float = LEASE_SECONDS, everything: bool = False, now
         exclude: conversations whose turn runs in the caller's own process (alive, however
             late its renewal).
 
-    Returns:
-        The turns this call recovered (publish their end to the conversations' tabs).
     """
     candidates = Conversation.objects.filter(status=ConversationStatus.STREAMING).exclude(pk__in=list(exclude))
     if not everything:
         cutoff = _cutoff(lease, now)
         candidates = candidates.filter(turn_heartbeat__lt=cutoff) | candidates.filter(turn_heartbeat__isnull=True)
-    return [
-        Recovered(conversation_id=cid, turn_id=tid, owner_id=owner)
-        for cid, tid, owner in candidates.values_list("pk", "turn_id", "owner_id")
-        if turn_abandon(conversation_id=cid, turn_id=tid, interrupted=True, lease=None if everything else lease, now=now)
-    ]
+    return list(candidates.values_list("pk", "turn_id"))
 
 
 def strays_drop() -> int:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from jxai_app import conf
+from jxai_app.core.errors import JxaiError
 from jxai_app.models import Conversation, Message, MessageRole, ToolCall
 from jxai_app.store.branches import ONLY_CHILD, Siblings
 from jxai_app.store.feedback import feedback_dict, feedback_of
@@ -36,9 +38,6 @@ def _iso(value: datetime | None) -> str | None:
 
 def _context_window(alias: str) -> int | None:
     """The model's context window in tokens, or ``None`` when the alias is not configured."""
-    from jxai_app import conf  # the registry is built on first use
-    from jxai_app.core.errors import JxaiError
-
     try:
         return conf.get_model_registry().get(alias).context_window
     except JxaiError:

@@ -30,11 +30,10 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
-from jxai_app.policy import ratelimit, reservations
 from jxai_app.store.conversation import conversation_create
 from jxai_app.store.branches import Siblings, Tree, path_messages
 from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
-from jxai_app.store.recovery import lease_lapsed, turn_abandon
+from jxai_app.store.recovery import Recovered, lease_lapsed, turn_abandon
 from jxai_app.store.usage import estimate_tokens
 from jxai_app.store.wire import messages_to_wire
 
@@ -62,6 +61,11 @@ class TurnStart:
     resumed turn: with the paused round and the results it has)."""
     created: bool
     """True when the send created the conversation."""
+    prompt_tokens: int = 0
+    """The estimated tokens of ``history`` (:func:`jxai_app.core.tokens.estimate_tokens`): the
+    first request's size beside its system prompt, for the turn's budget."""
+    abandoned: Recovered | None = None
+    """A dead turn the send recovered first (its budget is forfeited in the same transaction)."""
     resumed_after: int | None = None
     """A turn resumed after an approval (docs/approval.md): the last message saved before it
     (a snapshot shows the saved messages up to it, then the turn's events); ``None`` for a send."""
@@ -89,37 +93,26 @@ class TurnStart:
 
 
 def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model: str | None,
-                   lease: float) -> tuple[Conversation, bool, Q]:
+                   lease: float) -> tuple[Conversation, bool, Q, Recovered | None]:
     """Steps 1–2 of :func:`message_send` (inside its transaction): the conversation (created
-    or locked), a dead turn recovered. Returns the conversation, whether it was created, and
-    the condition the claim must meet. A conversation whose turn waits for an approval is a
-    ``conflict`` (code ``approval_pending``; docs/approval.md)."""
+    or locked), a dead turn recovered. Returns the conversation, whether it was created, the
+    condition the claim must meet and the recovered turn. A conversation whose turn waits
+    for an approval is a ``conflict`` (code ``approval_pending``; docs/approval.md)."""
     created = conversation_id is None
     if created:
         conversation = conversation_create(user=user, model=model or "")
     else:
         conversation = get_owned(user, conversation_id, for_update=True)
     claimable = ~Q(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
+    abandoned = None
     if conversation.status == ConversationStatus.AWAITING_APPROVAL:
         raise conflict(conversation)
     if conversation.status == ConversationStatus.STREAMING:
         if not lease_lapsed(conversation, lease=lease):
             raise conflict()
-        turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
+        abandoned = turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=True)
         claimable = Q()  # recovered just now, under the lock
-    return conversation, created, claimable
-
-
-def _admit(user: Any, turn_id: uuid.UUID, history: list[dict[str, Any]], *, admit: bool, prompt_overhead: int,
-           reservation: int | None) -> None:
-    """Step 3 of :func:`message_send`: ``admit``: the quota and rate limit, the first round's
-    tokens reserved for turn ``turn_id`` (``history`` is what its request carries beside
-    ``prompt_overhead``); else a caller's ``reservation`` handed to the turn."""
-    prompt = estimate_tokens(history) + prompt_overhead
-    if admit:
-        ratelimit.check_turn_allowed(user, prompt_tokens=prompt, turn_id=turn_id)
-    elif reservation is not None:
-        reservations.adopt(reservation, turn_id, prompt_tokens=prompt)
+    return conversation, created, claimable, abandoned
 
 
 def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text: str, model: str | None,
@@ -150,11 +143,11 @@ def _placeholder(conversation: Conversation, parent: Message, position: int, mod
 
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS, replaces: int | None = None, prompt_overhead: int = 0,
-    reservation: int | None = None,
+    lease: float = LEASE_SECONDS, replaces: int | None = None,
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
-    the one send service, in one short transaction.
+    the one send service, in one short transaction (the caller's, when it opened one: the
+    turn's budget is admitted in it, so a refusal saves nothing; docs/turns.md "Starting").
 
     1. The conversation: created (owned by ``user``, model ``model``) when
        ``conversation_id`` is ``None``, else its row, locked (``select_for_update``; on
@@ -162,13 +155,9 @@ def message_send(
        at once so a foreign id costs what a missing one does.
     2. A running turn whose lease lapsed is recovered first (:mod:`jxai_app.store.recovery`);
        a live one is a ``conflict``.
-    3. ``admit``: the user's quota and rate limit (:func:`jxai_app.policy.ratelimit.check_turn_allowed`),
-       in this transaction, so a refusal saves nothing; the first round's tokens are reserved
-       there for the new turn (the history's estimate, ``prompt_overhead`` and the answer's
-       allowance; docs/security.md "Quota reservations").
-    4. The tree's shape and the path the new message follows (docs/store.md "Branches"): the
+    3. The tree's shape and the path the new message follows (docs/store.md "Branches"): the
        active path, or for an edit (``replaces``) the path to the replaced message's parent.
-    5. One INSERT each of the user message (a child of the path's end) and the placeholder,
+    4. One INSERT each of the user message (a child of the path's end) and the placeholder,
        then the claim (one conditional UPDATE, which also makes the placeholder the active leaf).
 
     Args:
@@ -176,19 +165,14 @@ def message_send(
         conversation_id: the conversation, or ``None`` for a new one.
         text: the user's message (not blank; length limits are the caller's).
         model: a model alias: the new conversation's, or one to switch to (``None``: keep).
-        admit: check and count the turn against the user's allowance.
         lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
         replaces: an edit: the id of a user message of the conversation; the new message
             becomes its sibling (a new branch) and the old one stays as it was.
-        prompt_overhead: estimated tokens the request carries beside the history (the
-            system prompt's), for the reservation.
-        reservation: with ``admit`` False, the reservation its caller's admission made (a
-            ``retry``'s), handed to the new turn (:func:`jxai_app.policy.reservations.adopt`).
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id; ``replaces`` not a message of
             it), ``invalid-request`` (blank text; ``replaces`` not a user message),
-            ``conflict`` while a live turn runs, ``quota-exceeded`` / ``rate-limited``.
+            ``conflict`` while a live turn runs.
         django.db.DatabaseError: the database failed (nothing saved).
     """
     if not isinstance(text, str) or not text.strip():
@@ -196,7 +180,7 @@ def message_send(
     if replaces is not None and conversation_id is None:
         raise message_not_found()
     with transaction.atomic():
-        conversation, created, claimable = _lock_for_turn(user, conversation_id, model=model, lease=lease)
+        conversation, created, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree(()) if created else Tree.of(conversation.pk)
         if replaces is None:
             parent_id = tree.leaf
@@ -208,23 +192,22 @@ def message_send(
             parent_id = tree.parent[replaces]
         earlier = path_messages(tree.path(parent_id))
         turn_id = uuid.uuid4()
-        _admit(user, turn_id, [*messages_to_wire(earlier), {"role": MessageRole.USER, "content": text}], admit=admit,
-               prompt_overhead=prompt_overhead, reservation=reservation)
         position = tree.next_position
         user_message = _insert(Message(conversation=conversation, parent_id=parent_id, position=position,
                                        role=MessageRole.USER, content=text))
         placeholder = _placeholder(conversation, user_message, position + 1, model)
         _claim(conversation, claimable, placeholder, text, model, turn_id)
     siblings = tree.children.get(parent_id, [])
+    history = messages_to_wire([*earlier, user_message])
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
                      user_siblings=Siblings(len(siblings), len(siblings) + 1, siblings[-1] if siblings else None, None),
                      assistant_message_id=placeholder.pk, assistant_position=placeholder.position,
-                     history=messages_to_wire([*earlier, user_message]), created=created)
+                     history=history, created=created, prompt_tokens=estimate_tokens(history), abandoned=abandoned)
 
 
 def answer_regenerate(
     *, user: Any, conversation_id: uuid.UUID | str, message_id: int, model: str | None = None,
-    admit: bool = True, lease: float = LEASE_SECONDS, prompt_overhead: int = 0,
+    lease: float = LEASE_SECONDS,
 ) -> TurnStart:
     """Start a turn that answers the question of assistant message ``message_id`` again: a
     new placeholder beside the answer's first message (a sibling: a new branch, made the
@@ -233,15 +216,14 @@ def answer_regenerate(
 
     Args:
         model: the model alias to answer with (``None``: the conversation's).
-        prompt_overhead: as for :func:`message_send` (the reservation).
 
     Raises:
         ProblemError: ``not-found`` (conversation, or a message not in it),
             ``invalid-request`` (not an assistant message), ``conflict`` while a live turn
-            runs, ``quota-exceeded`` / ``rate-limited``.
+            runs.
     """
     with transaction.atomic():
-        conversation, _, claimable = _lock_for_turn(user, conversation_id, model=model, lease=lease)
+        conversation, _, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree.of(conversation.pk)
         if message_id not in tree.parent:
             raise message_not_found()
@@ -252,15 +234,15 @@ def answer_regenerate(
         question = earlier[-1]
         turn_id = uuid.uuid4()
         history = messages_to_wire(earlier)
-        _admit(user, turn_id, history, admit=admit, prompt_overhead=prompt_overhead, reservation=None)
         placeholder = _placeholder(conversation, question, tree.next_position, model)
         _claim(conversation, claimable, placeholder, question.content, model, turn_id)
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=question,
                      user_siblings=tree.siblings(question_id), assistant_message_id=placeholder.pk,
-                     assistant_position=placeholder.position, history=history, created=False)
+                     assistant_position=placeholder.position, history=history, created=False,
+                     prompt_tokens=estimate_tokens(history), abandoned=abandoned)
 
 
-def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | None:
+def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> Recovered | None:
     """Stop the running turn from anywhere (any tab, any worker): delete the partial
     assistant message and its calls, keep completed rounds, return to idle (docs/store.md "What error and Stop remove").
 
@@ -268,7 +250,8 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | N
     without a running turn (no-op).
 
     Returns:
-        The id of the turn that was stopped, or ``None`` when none ran.
+        The turn that was stopped (forfeit its budget in the same transaction), or ``None``
+        when none ran.
 
     Raises:
         ProblemError: ``not-found``.
@@ -276,8 +259,7 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> uuid.UUID | N
     conversation = get_owned(user, conversation_id)
     if conversation.status != ConversationStatus.STREAMING:
         return None
-    ended = turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=False)
-    return conversation.turn_id if ended else None
+    return turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=False)
 
 
 @transaction.atomic

@@ -11,28 +11,16 @@ Saved shape (camelCase like the ``usage`` event, without ``type``; docs/store.md
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any, Final, Mapping
 
 from jxai_app.core.streaming.events import UsageEvent
+from jxai_app.core.tokens import estimate_tokens, token_count, tokens_for_chars
 
-CHARS_PER_TOKEN: Final[int] = 4
-"""Rough characters per token for estimates (OpenAI's rule of thumb for English text)."""
 CONTEXT_WARNING_RATIO: Final[float] = 0.8
 """The context warning turns on at this share of the model's context window (docs/store.md
 "Usage and context tokens")."""
 
 _OPTIONAL: Final[tuple[str, ...]] = ("cachedInputTokens", "reasoningTokens")
-
-
-def _count(value: Any) -> int | None:
-    """A finite non-negative whole count, else ``None`` (``True``/``False`` are not counts)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return int(value)
 
 
 def usage_from(value: UsageEvent | Mapping[str, Any] | None) -> dict[str, int] | None:
@@ -50,12 +38,12 @@ def usage_from(value: UsageEvent | Mapping[str, Any] | None) -> dict[str, int] |
     if value is None:
         return None
     data = value.to_dict() if isinstance(value, UsageEvent) else value
-    inp, out = _count(data.get("inputTokens")), _count(data.get("outputTokens"))
+    inp, out = token_count(data.get("inputTokens")), token_count(data.get("outputTokens"))
     if inp is None or out is None:
         return None
     doc = {"inputTokens": inp, "outputTokens": out}
     for key in _OPTIONAL:
-        extra = _count(data.get(key))
+        extra = token_count(data.get(key))
         if extra is not None:
             doc[key] = extra
     return doc
@@ -71,7 +59,7 @@ def usage_estimate(*, input_tokens: int, output_chars: int) -> dict[str, Any]:
     """
     return {
         "inputTokens": max(0, int(input_tokens)),
-        "outputTokens": math.ceil(max(0, output_chars) / CHARS_PER_TOKEN),
+        "outputTokens": tokens_for_chars(output_chars),
         "estimated": True,
     }
 
@@ -93,12 +81,6 @@ def context_tokens(usage: Mapping[str, Any], *, reasoning_replayed: bool) -> int
 def context_warning(tokens: int, context_window: int | None) -> bool:
     """True when ``tokens`` reached 80 % of ``context_window`` (never for an unknown window)."""
     return bool(context_window) and tokens >= CONTEXT_WARNING_RATIO * int(context_window or 0)
-
-
-def estimate_tokens(value: Any) -> int:
-    """A rough size in tokens of a string or JSON value: its characters / :data:`CHARS_PER_TOKEN`."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return len(text) // CHARS_PER_TOKEN
 
 
 def round_usage(reported: UsageEvent | Mapping[str, Any] | None, *, produced_chars: int,

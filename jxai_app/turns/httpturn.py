@@ -9,7 +9,7 @@ the decisions on the calls a paused turn waits for, one ``tool`` message each::
 
 (the shape of the Vercel AI SDK's ``tool-approval-response`` part and of pydantic-ai's
 ``DeferredToolResults.approvals``, keyed by the call id; the history itself is the server's).
-The turn runs like any other (:mod:`jxai_app.turns.control`); this module follows its
+The turn runs like any other (:mod:`jxai_app.turns.start`); this module follows its
 conversation like a socket does and writes the turn's events as SSE ``data:`` frames:
 
 - first ``{"type": "conversation", "id"}``;
@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jxai_app.core.problems import problem, problem_error
-from jxai_app.turns import control
-from jxai_app.turns.hub import TurnHub, get_hub
+from jxai_app.turns import control, start
+from jxai_app.turns.hub import TurnHub
+from jxai_app.turns.plan import TurnPlan
 
 __all__ = ["ConversationRequest", "parse_conversation_request", "run_conversation_request"]
 
@@ -104,9 +105,10 @@ class _Follower:
         self.following: uuid.UUID | None = None
         self.turn_id: str | None = None
 
-    def adopt(self, conversation_id: uuid.UUID, turn_id: str) -> None:
-        self.following, self.turn_id = conversation_id, turn_id
-        self.hub.delivery.follow(conversation_id, self)
+    def follow(self, plan: TurnPlan) -> None:
+        """Follow the planned turn's conversation (before it is launched: nothing is missed)."""
+        self.following, self.turn_id = plan.conversation_id, plan.turn_id
+        self.hub.delivery.follow(plan.conversation_id, self)
 
     def deliver(self, frame: dict[str, Any]) -> None:
         self.queue.put_nowait(frame)
@@ -187,8 +189,8 @@ async def _events(follower: _Follower, cid: uuid.UUID) -> AsyncIterator[bytes]:
         follower.leave()
 
 
-async def run_conversation_request(*, user: Any, request: ConversationRequest,
-                                   hub: TurnHub | None = None) -> tuple[uuid.UUID, AsyncIterator[bytes]]:
+async def run_conversation_request(hub: TurnHub, *, user: Any,
+                                   request: ConversationRequest) -> tuple[uuid.UUID, AsyncIterator[bytes]]:
     """Start the request's turn (or record its decisions and resume the turn) and return the
     conversation id and the SSE body.
 
@@ -198,22 +200,22 @@ async def run_conversation_request(*, user: Any, request: ConversationRequest,
             ``conflict`` (a turn runs or waits; a call decided already), ``invalid-request``,
             ``payload-too-large``, ``quota-exceeded`` / ``rate-limited``, ``service-unavailable``.
     """
-    hub = hub or get_hub()
     await hub.ensure_started()
     follower = _Follower(hub)
     try:
+        plan: TurnPlan | None = None
         if request.text is not None:
-            info = await control.start_turn(user=user, conversation_id=request.conversation_id, text=request.text,
-                                            model_alias=request.model, origin=follower, hub=hub)
-            cid = info.conversation_id
+            plan = await start.send(hub, user=user, conversation_id=request.conversation_id, text=request.text,
+                                    model_alias=request.model)
         else:
             assert request.conversation_id is not None
-            resumed = None
             for call_id, approved, reason in request.decisions:
-                resumed = await control.decide_approval(user=user, conversation_id=request.conversation_id,
-                                                        call_id=call_id, approved=approved, reason=reason,
-                                                        origin=follower, hub=hub)
-            cid = resumed.conversation_id if resumed is not None else uuid.UUID(request.conversation_id)
+                plan = await control.decide_approval(hub, user=user, conversation_id=request.conversation_id,
+                                                     call_id=call_id, approved=approved, reason=reason)
+        if plan is not None:
+            follower.follow(plan)
+            start.launch(hub, plan)
+        cid = plan.conversation_id if plan is not None else uuid.UUID(str(request.conversation_id))
     except BaseException:
         follower.leave()
         raise

@@ -1,41 +1,43 @@
-"""The worker's turn hub: its running turns, its delivery, its lease watch, its drain
+"""The worker's turn hub: its running turns, its delivery, its leases, its drain
 (docs/turns.md).
 
-One :class:`TurnHub` per worker process (per event loop: :func:`get_hub`). It holds
+One :class:`TurnHub` per worker process (per event loop: :func:`jxai_app.turns.worker.get_hub`
+makes it). It holds
 
 - the **runners** of the turns running in this process, with strong references to their
-  tasks;
+  tasks, and the renewal of their leases: every third of ``JXAI_TURN_LEASE_SECONDS``, all of
+  them in one statement (:func:`jxai_app.store.leases_renew`), on a task of its own that
+  never waits behind other database work of the worker; a runner whose turn is gone stops;
 - the **delivery** (:mod:`jxai_app.turns.delivery`), chosen once: in-process only when no
   channel layer other processes share is configured, through the layer otherwise;
-- the **lease watch** (:mod:`jxai_app.turns.recovery`), which recovers turns whose worker
-  died and tells their tabs;
+- its **background jobs**, given by its maker: the lease watch (:mod:`jxai_app.turns.recovery`),
+  which recovers turns whose worker died and tells their tabs;
 - the **drain** on SIGTERM under daphne: new turns are refused (``service-unavailable``),
   running turns get up to ``JXAI_DRAIN_SECONDS`` to finish, the rest are stopped, then every
   socket of the worker closes with code 4001 (going away), after its ``turn_end``.
+
+The hub knows its runners only as :class:`Running` (what it calls on them), so it sits below
+the runner (docs/architecture.md "Floors").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import uuid
-import weakref
-from typing import TYPE_CHECKING, Any, Awaitable
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from jxai_app import conf, mcp_tools
+from jxai_app import conf, store
+from jxai_app.db import DATABASE_ERRORS, db_call
 from jxai_app.ops import metrics
 from jxai_app.ops.memory import IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, \
     trim_available
+from jxai_app.tools import mcp as mcp_tools
 from jxai_app.turns.delivery import LayerDelivery, LocalDelivery
-from jxai_app.turns.recovery import LeaseWatch
 
-if TYPE_CHECKING:
-    from jxai_app.turns.runner import TurnRunner
-
-__all__ = ["TurnHub", "TurnState", "get_hub"]
+__all__ = ["CLOSE_GOING_AWAY", "Running", "TurnHub", "TurnState"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -44,6 +46,29 @@ CLOSE_GOING_AWAY = 4001
 RFC 6455's own code for this is 1001, but daphne's websocket library lets an application
 close only with 1000 or 3000–4999 (autobahn's ``sendClose``), so jxai uses its 4000s range,
 as it does for 4401 (docs/websocket.md)."""
+
+
+class Running(Protocol):
+    """A running turn as the hub sees it (:class:`jxai_app.turns.runner.TurnRunner`)."""
+
+    conversation_id: uuid.UUID
+    turn_uuid: uuid.UUID
+    turn_id: str
+    ended: bool
+    task: asyncio.Task[None] | None
+
+    def cancel(self) -> None:
+        """Stop the turn."""
+
+    def lease_lost(self) -> None:
+        """The turn is no longer this worker's: write nothing more and stop."""
+
+    def state(self, after_seq: int = 0) -> TurnState:
+        """The turn's items after ``after_seq``."""
+
+
+Job = Callable[["TurnHub"], Awaitable[None]]
+"""A background job of the hub, started with it (the lease watch)."""
 
 
 class TurnState:
@@ -89,52 +114,69 @@ class TurnHub:
         worker_id: a unique id for this worker (default random).
         idle_trim: seconds without a running turn before free memory is returned to the
             system (:mod:`jxai_app.ops.memory`); ``None``: never.
-        watch: look for other workers' dead turns (tests playing several workers in one
-            process may let one hub do it); this hub's own leases are always renewed.
+        jobs: background jobs started with the hub, each until the hub shuts down (the
+            worker's hub gets the lease watch, :func:`jxai_app.turns.worker.get_hub`); this
+            hub's own leases are always renewed.
     """
 
     def __init__(self, *, delivery: LocalDelivery | None = None, worker_id: str | None = None,
-                 idle_trim: float | None = IDLE_TRIM_SECONDS, watch: bool = True) -> None:
+                 idle_trim: float | None = IDLE_TRIM_SECONDS, jobs: Sequence[Job] = ()) -> None:
         self.worker_id = worker_id or uuid.uuid4().hex
         self.delivery = delivery if delivery is not None else choose_delivery(self.worker_id)
         self.draining = False
         """True once the worker stopped taking new turns (SIGTERM)."""
-        self._runners: dict[uuid.UUID, TurnRunner] = {}
+        self._runners: dict[uuid.UUID, Running] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closers: dict[Any, Any] = {}
         self._started: asyncio.Task[None] | None = None
-        self._leases = LeaseWatch(self)
-        self._watch = watch
+        self._jobs = tuple(jobs)
         self.idle_trim = idle_trim if trim_available() else None
         self._trim_task: asyncio.Task[None] | None = None
         self._last_trim = float("-inf")
 
     async def ensure_started(self) -> None:
-        """Start the delivery and the lease watch once (the first socket does)."""
+        """Start the delivery, the lease renewal and the jobs once (the first socket does)."""
         if self._started is None:
             self._started = asyncio.ensure_future(self._start())
         await asyncio.shield(self._started)
 
     async def _start(self) -> None:
         await self.delivery.start(self._answer)
-        self.spawn(self._leases.renew(), name="jxai-lease-renewal")
-        if self._watch:
-            self.spawn(self._leases.run(), name="jxai-lease-watch")
+        self.spawn(self._renew_leases(), name="jxai-lease-renewal")
+        for job in self._jobs:
+            self.spawn(job(self), name=f"jxai-{type(job).__name__}")
+
+    async def _renew_leases(self) -> None:
+        """Renew this worker's leases every third of the lease until cancelled; a renewal the
+        database does not take is logged and tried again next time."""
+        while True:
+            await asyncio.sleep(conf.get_turn_timing().lease / 3)
+            runners = {runner.turn_uuid: runner for runner in self.runners()}
+            if not runners:
+                continue
+            try:
+                live = await db_call(store.leases_renew, list(runners))
+            except DATABASE_ERRORS as exc:
+                logger.warning("leases: the database did not take this worker's renewal (%s)", exc)
+                continue
+            for turn_id, runner in runners.items():
+                if turn_id not in live and not runner.ended:
+                    runner.lease_lost()
 
     # ------------------------------------------------------------------ runners and tasks
-    def runner(self, conversation_id: uuid.UUID) -> TurnRunner | None:
+    def runner(self, conversation_id: uuid.UUID) -> Running | None:
         """The turn running in this process for the conversation, or ``None``."""
         return self._runners.get(conversation_id)
 
-    def runners(self) -> list[TurnRunner]:
+    def runners(self) -> list[Running]:
         """Every runner of this process."""
         return list(self._runners.values())
 
-    def register(self, runner: TurnRunner) -> None:
+    def register(self, runner: Running) -> None:
         """Make ``runner`` the conversation's live runner here."""
         self._runners[runner.conversation_id] = runner
 
-    def unregister(self, runner: TurnRunner) -> None:
+    def unregister(self, runner: Running) -> None:
         """Forget ``runner`` (if still registered); the last one to go schedules the return of
         free memory."""
         if self._runners.get(runner.conversation_id) is runner:
@@ -275,47 +317,3 @@ class TurnHub:
             await asyncio.to_thread(release_free_memory)
         except Exception:
             logger.exception("returning free memory failed")
-
-
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TurnHub] = weakref.WeakKeyDictionary()
-
-
-def get_hub() -> TurnHub:
-    """The hub of the running event loop (one per worker process; tests get one per loop).
-
-    Raises:
-        RuntimeError: called outside a running event loop.
-    """
-    loop = asyncio.get_running_loop()
-    hub = _hubs.get(loop)
-    if hub is None:
-        hub = _hubs[loop] = TurnHub()
-        _install_shutdown(hub, loop)
-    return hub
-
-
-def _install_shutdown(hub: TurnHub, loop: asyncio.AbstractEventLoop) -> None:
-    """Under daphne (Twisted's asyncio reactor): SIGTERM drains (:meth:`TurnHub.drain`, for
-    ``JXAI_DRAIN_SECONDS``) and then stops the reactor; any other stop (Ctrl-C) stops the
-    hub's turns before the reactor stops, so their partial messages are dropped."""
-    try:
-        from twisted.internet import reactor  # type: ignore[import-untyped]
-        from twisted.internet.defer import Deferred  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - daphne depends on twisted
-        return
-    if not getattr(reactor, "running", False):
-        return
-
-    async def drain_then_stop() -> None:
-        try:
-            await hub.drain(conf.get_turn_timing().drain)
-        finally:
-            reactor.stop()
-
-    def on_sigterm() -> None:
-        if not hub.draining:
-            hub.spawn(drain_then_stop(), name="jxai-drain")
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    reactor.addSystemEventTrigger("before", "shutdown", lambda: Deferred.fromFuture(
-        asyncio.ensure_future(hub.shutdown())))

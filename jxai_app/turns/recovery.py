@@ -1,14 +1,12 @@
-"""Every worker's leases: its own turns' renewed, and turns whose worker died recovered and
-their tabs told (docs/turns.md "Leases").
+"""Turns whose worker died: recovered, and their tabs told (docs/turns.md "Leases").
 
-Every third of the lease each worker renews the leases of all the turns it runs in one
-statement (:func:`jxai_app.store.leases_renew`); a runner whose turn is gone stops. Once a
-second each worker recovers the turns whose lease lapsed
-(:func:`jxai_app.store.turns_recover`) and publishes each recovered conversation's new state
-to every socket following it, on every worker: an unasked ``snapshot`` (``turn`` null, the
-partial message gone) and a ``conversation`` frame for the owner's other sockets. A turn
-paused for approval holds no lease and is never recovered; the same watch expires its calls
-after ``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resumes the turn (docs/approval.md "Expiry").
+Once a second each worker's :class:`LeaseWatch` recovers the turns whose lease lapsed
+(:func:`recover_turns`) and publishes each recovered conversation's new state to every
+socket following it, on every worker: an unasked ``snapshot`` (``turn`` null, the partial
+message gone) and a ``conversation`` frame for the owner's other sockets. A turn paused for
+approval holds no lease and is never recovered; the same watch expires its calls after
+``JXAI_APPROVAL_TIMEOUT_SECONDS`` and resumes the turn (docs/approval.md "Expiry"). The
+renewal of a worker's own leases is its hub's (:class:`jxai_app.turns.hub.TurnHub`).
 
 A worker judges leases only after its own database connection has answered for a whole
 lease period: after an outage every runner renews its lease (and retries its pending
@@ -20,20 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Collection
+from typing import Any
 
-from django.db import InterfaceError, OperationalError
+from django.db import transaction
 
 from jxai_app import conf, store
+from jxai_app.db import DATABASE_ERRORS, db_call
+from jxai_app.policy.budget import forfeit
 from jxai_app.store.common import parse_id
-from jxai_app.store.dbsync import db_thread_call
-from jxai_app.store.serializers import conversation_dict, message_dicts
+from jxai_app.turns.control import expire_approvals
+from jxai_app.turns.delivery import LocalDelivery
+from jxai_app.turns.frames import snapshot_of
+from jxai_app.turns.hub import TurnHub
 
-if TYPE_CHECKING:
-    from jxai_app.turns.delivery import LocalDelivery
-    from jxai_app.turns.hub import TurnHub
-
-__all__ = ["LeaseWatch", "publish_recovered", "snapshot_of"]
+__all__ = ["LeaseWatch", "publish_recovered", "recover_turns"]
 
 logger = logging.getLogger("jxai_app.turns")
 
@@ -41,22 +41,36 @@ WATCH_INTERVAL_SECONDS = 1.0
 """How often a worker looks for lapsed leases."""
 
 
-def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
-    """A ``snapshot`` frame of a conversation with no running turn (sync; reads the database),
-    or ``None`` when it is gone. Ownership is the caller's to check."""
-    conversation = store.conversation_by_id(conversation_id)
-    if conversation is None:
-        return None
-    _, path = store.message_list(user=conversation.owner, conversation_id=conversation.pk)
-    return {"type": "snapshot", "conversationId": str(conversation.pk), "conversation": conversation_dict(conversation),
-            "messages": message_dicts(path.messages, path.siblings), "turn": None}
+def recover_turns(*, lease: float, everything: bool = False,
+                  exclude: Collection[uuid.UUID] = ()) -> list[store.Recovered]:
+    """Recover every dead turn (:func:`jxai_app.store.turns_lapsed`), each in one transaction
+    with its budget forfeited (:func:`jxai_app.policy.budget.forfeit`). Sync.
+
+    Args:
+        lease: seconds after which an unrenewed lease has lapsed.
+        everything: recover every streaming turn whatever its lease (a single-process start,
+            when no turn can be alive: ``recover_partial_messages``).
+        exclude: conversations whose turn runs in the caller's own process.
+
+    Returns:
+        The turns this call recovered (publish their end to the conversations' tabs).
+    """
+    out = []
+    for cid, tid in store.turns_lapsed(lease=lease, everything=everything, exclude=exclude):
+        with transaction.atomic():
+            ended = store.turn_abandon(conversation_id=cid, turn_id=tid, interrupted=True,
+                                       lease=None if everything else lease)
+            if ended is not None:
+                forfeit(ended.turn_id, model=ended.model)
+        if ended is not None:
+            out.append(ended)
+    return out
 
 
 def _recover_and_describe(lease: float, skip: set[Any]) -> list[tuple[Any, dict[str, Any]]]:
     """Recover lapsed turns (not those running here) and return ``(owner, snapshot)`` of each."""
-    recovered = store.turns_recover(lease=lease, exclude=skip)
     out = []
-    for turn in recovered:
+    for turn in recover_turns(lease=lease, exclude=skip):
         frame = snapshot_of(turn.conversation_id)
         if frame is not None:
             out.append((turn.owner_id, frame))
@@ -76,38 +90,19 @@ def publish_recovered(delivery: LocalDelivery, owner_id: Any, frame: dict[str, A
 
 
 class LeaseWatch:
-    """One worker's watch (module docstring).
+    """One worker's watch (module docstring); a hub job (:class:`jxai_app.turns.hub.TurnHub`).
 
     Args:
-        hub: the worker's hub (its runners are skipped; its delivery publishes).
         interval: seconds between two looks.
     """
 
-    def __init__(self, hub: TurnHub, interval: float = WATCH_INTERVAL_SECONDS) -> None:
-        self.hub, self.interval = hub, interval
+    def __init__(self, interval: float = WATCH_INTERVAL_SECONDS) -> None:
+        self.interval = interval
 
-    async def renew(self) -> None:
-        """Renew this worker's leases every third of the lease until cancelled; a renewal the
-        database does not take is logged and tried again next time."""
-        while True:
-            await asyncio.sleep(conf.get_turn_timing().lease / 3)
-            runners = {runner.turn.turn_id: runner for runner in self.hub.runners()}
-            if not runners:
-                continue
-            try:
-                live = await db_thread_call(store.leases_renew)(list(runners))
-            except (OperationalError, InterfaceError) as exc:
-                logger.warning("leases: the database did not take this worker's renewal (%s)", exc)
-                continue
-            for turn_id, runner in runners.items():
-                if turn_id not in live and not runner.ended:
-                    runner.lease_lost()
-
-    async def run(self) -> None:
+    async def __call__(self, hub: TurnHub) -> None:
         """Look every ``interval`` seconds until cancelled (errors logged, never fatal): dead
-        turns, then tool calls whose approval expired (docs/approval.md "Expiry")."""
-        from jxai_app.turns.control import expire_approvals  # control imports this module
-
+        turns (not ``hub``'s own), then tool calls whose approval expired (docs/approval.md
+        "Expiry")."""
         loop = asyncio.get_running_loop()
         answering_since: float | None = None
         while True:
@@ -115,16 +110,16 @@ class LeaseWatch:
             lease = conf.get_turn_timing().lease
             try:
                 if answering_since is None:
-                    await db_thread_call(store.database_ping)()
+                    await db_call(store.database_ping)
                     answering_since = loop.time()
-                await expire_approvals(self.hub)  # needs no lease judgement: a paused turn holds none
+                await expire_approvals(hub)  # needs no lease judgement: a paused turn holds none
                 if loop.time() - answering_since < lease:
                     continue
-                skip = {r.conversation_id for r in self.hub.runners()}
-                for owner, frame in await db_thread_call(_recover_and_describe)(lease, skip):
+                skip = {r.conversation_id for r in hub.runners()}
+                for owner, frame in await db_call(_recover_and_describe, lease, skip):
                     logger.info("recovered the turn of conversation %s (its lease lapsed)", frame["conversationId"])
-                    publish_recovered(self.hub.delivery, owner, frame)
-            except (OperationalError, InterfaceError) as exc:
+                    publish_recovered(hub.delivery, owner, frame)
+            except DATABASE_ERRORS as exc:
                 if answering_since is not None:
                     logger.warning("lease watch: the database is not answering (%s)", exc)
                 answering_since = None

@@ -8,8 +8,10 @@ A :class:`TurnRunner` is a task owned by the worker process, not by a connection
 2. publishes it (``events`` frame) to every socket following the conversation, on every
    worker (:mod:`jxai_app.turns.delivery`);
 3. at a round's end, a tool result and the turn's end, saves what the agent loop assembled
-   through the turn's :class:`~jxai_app.store.TurnRecorder` (never per delta), and publishes
-   ``message_saved`` once it is saved.
+   through the turn's :class:`~jxai_app.store.TurnRecorder` (never per delta), with the
+   round's usage and the turn's end in its budget (:class:`~jxai_app.policy.budget.TurnBudget`)
+   in the same transaction, and publishes ``message_saved`` once it is saved, read in the
+   same database hop (docs/turns.md "Writes").
 
 Frames of a turn, in order on one path: ``conversation`` (status streaming) and
 ``message_saved`` of the user message; ``events`` from seq 1; ``message_saved`` after each
@@ -40,14 +42,14 @@ import logging
 import uuid
 from contextlib import aclosing
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
-from django.db import InterfaceError, OperationalError
+from django.db import transaction
 from django.utils import timezone
 
-from jxai_app import conf, store
+from jxai_app import conf
 from jxai_app.core.agent import (
-    AgentPolicy, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent, ToolStartEvent,
+    RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent, ToolResultEvent, ToolStartEvent,
     TurnEndEvent, run_turn,
 )
 from jxai_app.core.errors import ProblemError
@@ -55,18 +57,19 @@ from jxai_app.core.problems import problem
 from jxai_app.core.streaming.events import (
     DeltaEvent, DoneEvent, ErrorEvent, ReasoningEvent, ToolCallDeltaEvent, ToolCallStartEvent, UsageEvent,
 )
-from jxai_app.core.tools import ToolContext
-from jxai_app.ops import metrics
-from jxai_app.ops.observe import TurnObserver
-from jxai_app.store import TurnRecorder, TurnStart, estimate_tokens, round_usage
-from jxai_app.store.dbsync import db_thread_call
-from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.core.streaming.usage import reached_provider
-from jxai_app.turns.answercap import AnswerCap
+from jxai_app.core.tokens import estimate_tokens
+from jxai_app.core.tools import ToolContext
+from jxai_app.db import DATABASE_ERRORS, db_call
+from jxai_app.ops import metrics
+from jxai_app.store import TurnRecorder, round_usage
+from jxai_app.store.serializers import conversation_dict, message_dict
+from jxai_app.turns.clients import turn_client
+from jxai_app.turns.frames import conversation_frame, message_frame
+from jxai_app.turns.hub import TurnHub, TurnState
+from jxai_app.turns.observe import TurnObserver
+from jxai_app.turns.plan import TurnPlan
 from jxai_app.turns.replay import ReplayLog
-
-if TYPE_CHECKING:
-    from jxai_app.turns.hub import TurnHub, TurnState
 
 __all__ = ["StoreUnavailable", "TurnRunner"]
 
@@ -81,25 +84,8 @@ many events (later ones go out in batches, a frame each). Measured with ``bench/
 10 ms with; yielding after every event gave the same first token but 100 ms instead of 35 ms
 added to the last one."""
 
-_UNREACHABLE = (OperationalError, InterfaceError)
-"""What Django raises when the database cannot be reached (refused, reset, closed)."""
-
-
 class StoreUnavailable(Exception):
     """A write was retried for ``JXAI_STORE_RETRY_SECONDS`` and the database never answered."""
-
-
-def read_message(pk: int) -> dict[str, Any] | None:
-    """Saved message ``pk`` in protocol shape with its place among its siblings (the
-    ``message`` of a ``message_saved`` frame, docs/websocket.md "Branches"); ``None`` when it
-    is gone. Sync: call it in a database thread."""
-    message = store.message_by_id(pk)
-    return None if message is None else message_dict(message, store.siblings_of(message))
-
-
-def _read_conversation(pk: uuid.UUID) -> dict[str, Any] | None:
-    conversation = store.conversation_by_id(pk)
-    return None if conversation is None else conversation_dict(conversation)
 
 
 class _RoundTally:
@@ -145,23 +131,20 @@ class _RoundTally:
 
 class TurnRunner:
     """Runs one turn (module docstring); built and started by
-    :func:`jxai_app.turns.control.start_turn` once the send committed.
+    :func:`jxai_app.turns.start.launch` once the start committed.
 
     Args:
         hub: the worker's hub (registry, delivery).
-        user: the requesting user (tools get it in their ``ToolContext``; usage is theirs).
-        turn: what the send saved and read.
-        tools: a tool view (``None``: no tools offered).
-        client_factory: builds the model's streaming client (may raise: the turn then ends
-            with an ``error`` event).
-        system_prompt, policy: as ``run_turn`` takes them.
-        context_window: the model's context window in tokens.
+        plan: what the start saved and read: the user (tools get it in their
+            ``ToolContext``; usage is theirs), the turn, its budget, model, tools and system
+            prompt.
     """
 
-    def __init__(self, *, hub: TurnHub, user: Any, turn: TurnStart, tools: Any, client_factory: Callable[[], Any],
-                 system_prompt: str, policy: AgentPolicy, context_window: int | None) -> None:
-        self.hub, self.user, self.turn = hub, user, turn
+    def __init__(self, *, hub: TurnHub, plan: TurnPlan) -> None:
+        turn = plan.turn
+        self.hub, self.user, self.turn = hub, plan.user, turn
         self.conversation_id: uuid.UUID = turn.conversation_id
+        self.turn_uuid: uuid.UUID = turn.turn_id
         self.turn_id = str(turn.turn_id)
         self.signal = asyncio.Event()
         """Stop: set by :meth:`cancel`, by a lost turn, or by the drain's end."""
@@ -170,11 +153,11 @@ class TurnRunner:
         """True once ``turn_end`` was published."""
         self.task: asyncio.Task[None] | None = None
         self._cid = str(turn.conversation_id)
-        self._tools, self._client_factory = tools, client_factory
-        self._system_prompt, self._policy = system_prompt, policy
-        self._recorder = TurnRecorder(turn, user=user, context_window=context_window)
+        self._plan = plan
+        self._budget = plan.budget
+        self._recorder = TurnRecorder(turn, user=plan.user, context_window=plan.model.context_window)
         self._message_id: int | None = turn.assistant_message_id
-        self._tally = _RoundTally(turn.history, system_prompt)
+        self._tally = _RoundTally(turn.history, plan.system_prompt)
         self._call_started: dict[str, datetime] = {}
         self._error: ErrorEvent | None = None
         self._waiting: list[ToolApprovalRequestEvent] = []
@@ -198,8 +181,6 @@ class TurnRunner:
 
     def state(self, after_seq: int = 0) -> TurnState:
         """The turn's items after ``after_seq`` (for ``snapshot`` and ``replay``)."""
-        from jxai_app.turns.hub import TurnState
-
         return TurnState(turn_id=self.turn_id, user_message_id=self.turn.anchor_message_id,
                          last_seq=self.log.last_seq, items=self.log.items_after(after_seq), ended=self.ended)
 
@@ -219,11 +200,37 @@ class TurnRunner:
         self._publish(frame)
         self.hub.delivery.publish_user(getattr(self.user, "pk", None), self.conversation_id, frame)
 
-    async def _publish_message(self, pk: int | None) -> None:
-        if pk is not None:
-            data = await self._save(read_message, pk)
-            if data is not None:
-                self._publish({"type": "message_saved", "conversationId": self._cid, "message": data})
+    def _publish_saved(self, frame: Mapping[str, Any] | None) -> None:
+        """Publish a frame a write read back in its own hop (``None``: nothing to tell)."""
+        if frame is not None:
+            if frame.get("type") == "conversation":
+                self._publish_conversation(frame["conversation"])
+            else:
+                self._publish(dict(frame))
+
+    # ------------------------------------------------------------------ writes (sync: database threads)
+    def _finish_round(self, usage: dict[str, Any] | None, estimated: bool, **round_end: Any) -> Any:
+        """A round's message and its usage in one transaction, then its ``message_saved``."""
+        with transaction.atomic():
+            saved = self._recorder.finish_round(usage=usage, estimated=estimated, **round_end)
+            self._budget.settle(usage, estimated=estimated)  # spent even when the message is no longer ours
+        return saved, message_frame(self.conversation_id, self._recorder.message_id) if saved else None
+
+    def _tool_result(self, **result: Any) -> Any:
+        reply = self._recorder.attach_tool_result(**result)
+        return None if reply is None else message_frame(self.conversation_id, reply.pk)
+
+    def _begin_round(self) -> bool:
+        return self._recorder.begin_round()
+
+    def _close(self, write: Callable[..., bool], *args: Any) -> Any:
+        """The turn's end (``write``: the recorder's ``end_turn``, ``fail``, ``cancel`` or
+        ``pause``) and its budget closed in one transaction, then the conversation's frame."""
+        with transaction.atomic():
+            ended = write(*args)
+            if ended:
+                self._budget.close()
+        return ended, conversation_frame(self.conversation_id)
 
     # ------------------------------------------------------------------ the store
     async def _save(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -240,8 +247,8 @@ class TurnRunner:
         delay = 0.25
         while True:
             try:
-                return await db_thread_call(method)(*args, **kwargs)
-            except _UNREACHABLE as exc:
+                return await db_call(method, *args, **kwargs)
+            except DATABASE_ERRORS as exc:
                 metrics.STORE_WRITE_RETRIES.inc()
                 if loop.time() + delay > deadline:
                     raise StoreUnavailable(str(exc)) from exc
@@ -295,9 +302,9 @@ class TurnRunner:
             self.hub.unregister(self)
 
     async def _run(self) -> None:
-        client = AnswerCap(self._client_factory(), conf.get_limits().max_answer_chars)
-        events = run_turn(client=client, tools=self._tools, history=self.turn.history,
-                          system_prompt=self._system_prompt, policy=self._policy, signal=self.signal,
+        plan = self._plan
+        events = run_turn(client=turn_client(plan.model.alias, plan.budget), tools=plan.tools, history=self.turn.history,
+                          system_prompt=plan.system_prompt, policy=conf.get_agent_policy(), signal=self.signal,
                           context_factory=self._context, decided=self.turn.decisions)
         unyielded = 0
         async with aclosing(events) as stream:
@@ -314,7 +321,7 @@ class TurnRunner:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
             if (event.round > 1 or not recorder.round_open) and not recorder.lost:  # a resumed turn opens round 1
-                if await self._save(recorder.begin_round):
+                if await self._save(self._begin_round):
                     self._message_id = recorder.message_id
                 self._lost()
             self._tally.start()
@@ -324,12 +331,12 @@ class TurnRunner:
             usage, estimated = self._tally.usage()
             self._observer.round_usage(usage, estimated)
             if event.stop_reason not in ("cancelled", "error") and not recorder.lost:
-                if await self._save(recorder.finish_round, message=event.message, stop_reason=event.stop_reason,
-                                    usage=usage, estimated=estimated, call_started=self._call_started):
-                    await self._publish_message(self._message_id)
+                _, frame = await self._save(self._finish_round, usage, estimated, message=event.message,
+                                            stop_reason=event.stop_reason, call_started=self._call_started)
+                self._publish_saved(frame)
                 self._lost()
-            else:
-                await self._save(recorder.record_usage, usage, estimated=estimated,
+            else:  # no message to save; its tokens were spent all the same, a failed one counts as such
+                await self._save(self._budget.settle, usage, estimated=estimated,
                                  failed=event.stop_reason == "error" and self._tally.sent())
             self._tally.grow(event.message)
         elif isinstance(event, ToolStartEvent):
@@ -338,9 +345,9 @@ class TurnRunner:
             self._tally.grow(event.message)
             self._event(event.to_dict())
             if not recorder.lost:
-                reply = await self._save(recorder.attach_tool_result, call_id=event.call_id,
-                                         content=event.message.get("content", ""), success=event.success)
-                await self._publish_message(None if reply is None else reply.pk)
+                self._publish_saved(await self._save(self._tool_result, call_id=event.call_id,
+                                                     content=event.message.get("content", ""),
+                                                     success=event.success))
                 self._lost()
         elif isinstance(event, ToolApprovalRequestEvent):  # published once the pause is saved (_end)
             self._waiting.append(event)
@@ -368,35 +375,39 @@ class TurnRunner:
     async def _end(self, event: TurnEndEvent) -> None:
         """Save the turn's end, then publish ``turn_end`` and the conversation's final state."""
         recorder = self._recorder
+        final: Mapping[str, Any] | None = None
         if not recorder.lost:
             outcome = event.outcome
             if outcome == "complete":
-                await self._save(recorder.end_turn)
+                _, final = await self._save(self._close, recorder.end_turn)
             elif outcome == "cancelled":
-                if await self._save(recorder.cancel):
-                    await self._publish_message(recorder.stopped_question)  # its "Stopped" mark
+                ended, final = await self._save(self._close, recorder.cancel)
+                if ended:  # the question's "Stopped" mark
+                    self._publish_saved(await self._save(message_frame, self.conversation_id,
+                                                         recorder.stopped_question))
             elif outcome == "awaiting_approval":  # every tab shows the saved card (docs/approval.md)
-                if await self._save(recorder.pause, [e.call_id for e in self._waiting]):
-                    await self._publish_message(self._message_id)
+                ended, final = await self._save(self._close, recorder.pause, [e.call_id for e in self._waiting])
+                if ended:
+                    self._publish_saved(await self._save(message_frame, self.conversation_id, self._message_id))
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id
-                    await self._publish_message(self._message_id)
-                    await self._save(recorder.end_turn)
+                    self._publish_saved(await self._save(message_frame, self.conversation_id, self._message_id))
+                    _, final = await self._save(self._close, recorder.end_turn)
             elif outcome == "cap_failed":
-                await self._save(recorder.fail, event.message or "", None)
+                _, final = await self._save(self._close, recorder.fail, event.message or "", None)
             else:  # error, empty
                 text = event.message or "The model request failed."
-                await self._save(recorder.fail, text, self._failure_problem(text))
+                _, final = await self._save(self._close, recorder.fail, text, self._failure_problem(text))
+        if final is None:  # lost, or not ended here: the row says what became of the turn
+            final = await self._save(conversation_frame, self.conversation_id)
         for waiting in self._waiting:  # after the pause is saved: a tab can decide at once
             self._event(waiting.to_dict())
         wire = event.to_dict()
         wire.pop("appended", None)  # the saved messages travel as message_saved
         self._event(wire)
         self.ended = True
-        data = await self._save(_read_conversation, self.conversation_id)
-        if data is not None:
-            self._publish_conversation(data)
+        self._publish_saved(final)
 
     async def _give_up(self, exc: StoreUnavailable) -> None:
         """The database never came back: end the turn for every tab as an error. The row
@@ -423,7 +434,7 @@ class TurnRunner:
         if self.ended:
             return
         if outcome == "cancelled":
-            write: Callable[[], Any] = self._recorder.cancel
+            write: Callable[[], bool] = self._recorder.cancel
             self._end_for_tabs(DoneEvent(stop_reason="cancelled"), "cancelled", "The turn was stopped.")
         else:
             detail = f"The turn failed unexpectedly ({type(exc).__name__})."
@@ -431,10 +442,9 @@ class TurnRunner:
             write = lambda: self._recorder.fail(detail, doc)  # noqa: E731
             self._end_for_tabs(ErrorEvent(message=detail, code="internal_error", problem=doc), "error", detail)
         try:
+            frame = None
             if not self._recorder.lost:
-                await db_thread_call(write)()
-            data = await db_thread_call(_read_conversation)(self.conversation_id)
-            if data is not None:
-                self._publish_conversation(data)
-        except (ProblemError, *_UNREACHABLE):
+                _, frame = await db_call(self._close, write)
+            self._publish_saved(frame if frame is not None else await db_call(conversation_frame, self.conversation_id))
+        except (ProblemError, *DATABASE_ERRORS):
             logger.exception("turn %s: could not end cleanly", self.turn_id)

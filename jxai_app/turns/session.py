@@ -40,10 +40,11 @@ from jxai_app.core.problems import problem
 from jxai_app.models import ConversationStatus
 from jxai_app.store.common import get_owned
 from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
-from jxai_app.store.dbsync import db_request
-from jxai_app.turns import control
+from jxai_app.db import db_request
+from jxai_app.turns import control, start
 from jxai_app.turns.framing import Outbox, wire_texts
 from jxai_app.turns.hub import TurnHub
+from jxai_app.turns.plan import TurnPlan
 
 __all__ = ["Session", "SocketGone", "UNSENDABLE_CLOSE_CODE", "error_frame"]
 
@@ -198,15 +199,35 @@ class Session:
         raises becomes an ``error`` frame answering ``request``."""
         self._put("job", (request, conversation_id, job))
 
+    async def run_now(self, request: str, conversation_id: str | None, job: Callable[[], Awaitable[None]]) -> None:
+        """Run ``job`` at once, beside the queued requests (``cancel``); a ``ProblemError`` it
+        raises becomes an ``error`` frame answering ``request``, queued like any frame."""
+        try:
+            await job()
+        except ProblemError as exc:
+            self.refuse(exc.problem, request=request, conversation_id=conversation_id)
+        except Exception:
+            logger.exception("websocket request %s failed", request)
+            self.refuse(problem("internal-error", f"The {request} request failed unexpectedly."), request=request,
+                        conversation_id=conversation_id)
+
     def refuse(self, doc: dict[str, Any], *, request: str | None = None, conversation_id: str | None = None) -> None:
         """Queue an ``error`` frame (the socket stays open)."""
         self.deliver(error_frame(doc, request=request, conversation_id=conversation_id))
 
-    def adopt(self, conversation_id: uuid.UUID, turn_id: str) -> None:
-        """Follow ``conversation_id`` at once, expecting ``turn_id`` from seq 1 (called by
-        ``start_turn`` before the turn's task starts, so nothing is missed)."""
-        self._follow(conversation_id)
-        self._remember(turn_id, 0)
+    async def _start(self, plan: Awaitable[TurnPlan | None]) -> None:
+        """Follow the planned turn's conversation, expecting its events from seq 1, then
+        launch it (:mod:`jxai_app.turns.start`): the socket misses nothing. Shielded: once
+        the start is saved, a closing socket never leaves it without its runner."""
+        async def follow_and_launch() -> None:
+            prepared = await plan
+            if prepared is None:
+                return
+            self._follow(prepared.conversation_id)
+            self._remember(prepared.turn_id, 0)
+            start.launch(self.hub, prepared)
+
+        await asyncio.shield(follow_and_launch())
 
     # ------------------------------------------------------------------ the task
     async def _loop(self) -> None:
@@ -445,43 +466,44 @@ class Session:
 
     async def send_message(self, conversation_id: str | None, text: str, model: str | None) -> None:
         """``send``: start a turn (a new conversation when ``conversation_id`` is None)."""
-        await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
-                                                model_alias=model, origin=self, hub=self.hub))
+        await self._start(start.send(self.hub, user=self.user, conversation_id=conversation_id, text=text,
+                                     model_alias=model))
 
     async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None) -> None:
         """``edit``: a new branch beside user message ``message_id`` with ``text``, and its turn."""
-        await asyncio.shield(control.start_turn(user=self.user, conversation_id=conversation_id, text=text,
-                                                model_alias=model, origin=self, hub=self.hub, replaces=message_id))
+        await self._start(start.edit(self.hub, user=self.user, conversation_id=conversation_id,
+                                     message_id=message_id, text=text, model_alias=model))
 
     async def regenerate(self, conversation_id: str, message_id: int, model: str | None) -> None:
         """``regenerate``: a new answer beside assistant message ``message_id``."""
-        await asyncio.shield(control.regenerate_turn(user=self.user, conversation_id=conversation_id,
-                                                     message_id=message_id, model_alias=model, origin=self,
-                                                     hub=self.hub))
+        await self._start(start.regenerate(self.hub, user=self.user, conversation_id=conversation_id,
+                                           message_id=message_id, model_alias=model))
 
     async def switch_branch(self, conversation_id: str, message_id: int) -> None:
         """``switch_branch``: show the branch through ``message_id``; every tab gets a ``snapshot``."""
-        await control.branch_switch(user=self.user, conversation_id=conversation_id, message_id=message_id,
-                                    hub=self.hub)
+        await control.branch_switch(self.hub, user=self.user, conversation_id=conversation_id, message_id=message_id)
 
     async def retry(self, conversation_id: str) -> None:
         """``retry``: drop the last exchange and send its text again."""
-        await asyncio.shield(control.retry_turn(user=self.user, conversation_id=conversation_id, origin=self,
-                                                hub=self.hub))
+        await self._start(start.retry(self.hub, user=self.user, conversation_id=conversation_id))
 
     async def decide(self, conversation_id: str, call_id: str, approved: bool, reason: str) -> None:
         """``approve`` / ``deny``: decide a waiting tool call (docs/approval.md); every tab gets
         the call's ``message_saved``, and the resumed turn's frames follow on this socket."""
-        await asyncio.shield(control.decide_approval(user=self.user, conversation_id=conversation_id, call_id=call_id,
-                                                     approved=approved, reason=reason, origin=self, hub=self.hub))
+        await self._start(control.decide_approval(self.hub, user=self.user, conversation_id=conversation_id,
+                                                  call_id=call_id, approved=approved, reason=reason))
+
+    async def cancel(self, conversation_id: str) -> None:
+        """``cancel``: Stop the conversation's turn, wherever it runs."""
+        await control.cancel_turn(self.hub, user=self.user, conversation_id=conversation_id)
 
     async def rename(self, conversation_id: str, title: str) -> None:
         """``rename``: every tab gets a ``conversation`` frame."""
-        await control.conversation_retitle(user=self.user, conversation_id=conversation_id, title=title, hub=self.hub)
+        await control.conversation_retitle(self.hub, user=self.user, conversation_id=conversation_id, title=title)
 
     async def delete(self, conversation_id: str) -> None:
         """``delete``: every tab gets ``conversation_deleted``."""
-        await control.conversation_remove(user=self.user, conversation_id=conversation_id, hub=self.hub)
+        await control.conversation_remove(self.hub, user=self.user, conversation_id=conversation_id)
 
     async def list(self, before: str | None = None) -> None:
         """``list``: a ``conversations`` frame, most recent first, one page after the cursor
@@ -492,7 +514,7 @@ class Session:
         """
         self._emit(await db_request(_page, self.user, before))
 
-    # ------------------------------------------------------------------ issue 15: search, feedback, settings
+    # ------------------------------------------------------------------ search, feedback, settings
     async def search(self, query: str) -> None:
         """``search``: the user's own titles and messages matching ``query``, answered with
         ``search_results`` (docs/websocket.md "Search, feedback and custom instructions").

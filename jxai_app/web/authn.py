@@ -23,7 +23,8 @@ from django.http import HttpRequest
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 
-from jxai_app.store.dbsync import database_sync_to_async
+from jxai_app.db import db_call
+from jxai_app.models import ApiToken
 from jxai_app.core.problems import problem_error
 
 __all__ = ["Principal", "authenticate", "token_from_headers", "user_for_token"]
@@ -77,8 +78,6 @@ def user_for_token(plaintext: str) -> tuple[Any, int] | None:
         ``(user, token_id)`` for an unrevoked token of an active user, else ``None``.
         Updates ``last_used_at`` at most once per :data:`LAST_USED_RESOLUTION`.
     """
-    from jxai_app.models import ApiToken
-
     if not plaintext or len(plaintext) > _MAX_TOKEN_LENGTH:
         return None
     token = (ApiToken.objects.select_related("user")
@@ -114,7 +113,7 @@ async def authenticate(request: HttpRequest) -> Principal:
     """
     presented = token_from_headers(request.headers)
     if presented is not None:
-        found = await database_sync_to_async(user_for_token)(presented)
+        found = await db_call(user_for_token, presented)
         if found is None:
             raise problem_error("unauthorized", "The API token is not valid: unknown, revoked, or its user "
                                                 "is inactive.")

@@ -37,7 +37,7 @@ def _session_data(session_key: str) -> dict[str, Any]:
 
 def still_signed_in(user_pk: Any, session_key: str | None) -> bool:
     """True while user ``user_pk`` may keep the socket (module docstring). Sync: reads the
-    database; call it through ``database_sync_to_async``.
+    database; call it through :func:`jxai_app.db.db_call`.
 
     Args:
         user_pk: the primary key of the socket's user.

@@ -165,7 +165,7 @@ def test_staff_who_may_change_but_not_view_sees_no_message_content(
 
 
 def test_registered_tools_page(reader: Any, django_user_model: Any) -> None:
-    from jxai_app.conf import get_tool_registry
+    from jxai_app.tools.registry import get_tool_registry
 
     team = Group.objects.create(name="analysts")
     policy = ToolPolicy.objects.create(tool_name="search_conversations", max_calls_per_turn=3)

@@ -135,9 +135,10 @@ async def test_each_refusal_in_order_never_contacts_the_provider(
 ) -> None:
     # A user who is also over quota: every case above must be refused before that check.
     await UserLimits.objects.acreate(user=user, tokens_per_day=1)
+    from jxai_app.db import db_call
     from jxai_app.policy import ratelimit
 
-    await ratelimit.arecord_usage(user, {"inputTokens": 5, "outputTokens": 5}, estimated=False)
+    await db_call(ratelimit.record_usage, user, {"inputTokens": 5, "outputTokens": 5}, estimated=False)
     response = await post_chat(AsyncClient(), payload, bearer(token) if auth else {})
     assert response.status_code == status, case
     doc = problem_of(response)

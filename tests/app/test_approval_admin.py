@@ -14,8 +14,9 @@ from django.test import Client
 from django.urls import reverse
 
 from jxai_app import conf, store
+from jxai_app.tools.registry import get_tool_registry
 from jxai_app.models import ToolPolicy
-from jxai_app.policy import toolpolicy
+from jxai_app.tools import policy as toolpolicy
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def test_approval_is_a_policy_per_tool_and_optionally_per_group(user: Any, other
     grouped.approval_groups.add(signers)
     ToolPolicy.objects.create(tool_name="current_datetime", requires_approval="never")
 
-    registry = conf.get_tool_registry()
+    registry = get_tool_registry()
     mine, theirs = toolpolicy.tool_view_for(user, registry), toolpolicy.tool_view_for(other_user, registry)
     assert [mine.requires_approval(n) for n in ("save_note", "calculate", "current_datetime")] == [True, True, False]
     assert [theirs.requires_approval(n) for n in ("save_note", "calculate", "current_datetime")] == [True, False, False]

@@ -7,9 +7,9 @@ PostgreSQL such a session keeps the test database from being dropped at the end 
 the async code runs (the ``connection_created`` signal), then checks that each one is closed
 and, on PostgreSQL, that its server process has left ``pg_stat_activity``.
 
-The API token paths go through :mod:`jxai_app.web.authn` and :mod:`jxai_app.policy.ratelimit`; the
-``search_conversations`` tool through the search :mod:`jxai_app.conf` injects. The last tests
-check the other side of :mod:`jxai_app.store.dbsync`: a caller's connection inside a transaction
+The API token paths go through :mod:`jxai_app.web.authn` and :mod:`jxai_app.policy.budget`; the
+``search_conversations`` tool through the search :mod:`jxai_app.tools.registry` binds. The last tests
+check the other side of :mod:`jxai_app.db`: a caller's connection inside a transaction
 is never closed under it.
 """
 
@@ -23,14 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.db import connection, connections
 from django.db.backends.signals import connection_created
 from django.test import AsyncClient, Client
 
-from jxai_app import conf, store
+from jxai_app import store
+from jxai_app.tools.registry import get_tool_registry
 
+from jxai_app.db import close_stale_connections
 from jxai_app.policy import ratelimit
 from jxai_app.web.authn import user_for_token
 from jxai_app.core.tools import ToolContext
@@ -124,7 +125,7 @@ async def test_the_search_tool_leaves_no_connection_open(user: Any) -> None:
     """``search_conversations`` from async code (as the agent calls it): the worker thread of
     the event loop's default executor, reused by later tasks, keeps no connection."""
     cid = await database_sync_to_async(_conversation)(user, "Dough recipes")
-    registry = conf.get_tool_registry()
+    registry = get_tool_registry()
     with connections_opened() as opened:
         for _ in range(3):  # a reused executor thread must not keep one between calls either
             result = await registry.execute("search_conversations", '{"query": "dough"}', ToolContext(user=user))
@@ -134,11 +135,13 @@ async def test_the_search_tool_leaves_no_connection_open(user: Any) -> None:
     await assert_all_closed(opened)
 
 
-@pytest.mark.django_db  # the test's own transaction, as Django's test Client runs an async view in
-def test_a_callers_connection_inside_a_transaction_is_left_alone(user: Any) -> None:
-    """Under ``async_to_sync`` from sync code the twin runs in the caller's thread, inside its
-    transaction: the admission lands there and the connection stays open."""
-    async_to_sync(ratelimit.acheck_turn_allowed)(user)
+@pytest.mark.django_db  # the test's own transaction
+def test_a_connection_inside_a_transaction_is_never_closed_under_it(user: Any, settings: Any) -> None:
+    """The check :func:`jxai_app.db.db_call` runs around each call leaves a connection alone
+    while it is inside a transaction, even one past ``CONN_MAX_AGE``."""
+    ratelimit.check_turn_allowed(user)
+    connection.close_at = 0  # obsolete: outside a transaction it would be closed now
+    close_stale_connections()
     assert connection.in_atomic_block and connection.connection is not None
     assert ratelimit.turns_in_last_minute(user) == 1
 
@@ -147,7 +150,7 @@ def test_a_callers_connection_inside_a_transaction_is_left_alone(user: Any) -> N
 def test_a_sync_client_token_request_inside_a_transaction_keeps_the_connection(fake: FakeProvider,
                                                                                 token: str) -> None:
     """Django's sync test ``Client`` runs the async view under ``async_to_sync``; the token
-    lookup runs in this thread and must not close the test transaction's connection."""
+    lookup runs in a database thread and leaves the test transaction's connection here alone."""
     response = Client().post("/ai/chat", data=b'{"messages": [{"role": "user", "content": "hi"}]}',
                              content_type="application/json", headers=bearer("jxai_not-a-real-token"))
     assert response.status_code == 401

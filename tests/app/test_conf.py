@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jxai_app import conf
+from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
 from jxai_app.conf import model_registry_dict_from_env, uses_local_model
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.providers import ModelRegistry
@@ -73,5 +74,5 @@ def test_unreadable_registry_sources_are_clear_configuration_errors(env: dict[st
 def test_the_built_in_tools_admin_names_are_the_registry_s_built_ins() -> None:
     """Admin's "built-in" source and the registry come from one list (save_note included)."""
     conf.reset_caches()
-    assert conf.builtin_tool_names() == {"current_datetime", "calculate", "search_conversations", "save_note"}
-    assert conf.builtin_tool_names() <= {d.name for d in conf.get_tool_registry().list()}
+    assert builtin_tool_names() == {"current_datetime", "calculate", "search_conversations", "save_note"}
+    assert builtin_tool_names() <= {d.name for d in get_tool_registry().list()}

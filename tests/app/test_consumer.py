@@ -348,7 +348,9 @@ async def test_provider_down_gives_an_error_event_and_the_conversation_stays_usa
     fake.add(text_script(["Back ", "up."]))
     await tab.send(type="retry", conversationId=cid)
     snapshot = await tab.until(lambda f: f["type"] == "snapshot")
-    assert snapshot["messages"] == [] and snapshot["conversation"]["status"] == "idle"
+    # the failed exchange is gone; its question is sent again as a new branch, its turn at seq 0
+    assert [(m["role"], m["content"]) for m in snapshot["messages"]] == [("user", "Anyone there?")]
+    assert snapshot["conversation"]["status"] == "streaming" and snapshot["turn"]["lastSeq"] == 0
     await tab.until_event("error", timeout=15)  # retry keeps the model: still down
     await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "error")
     await tab.send(type="send", conversationId=cid, text="And now?", model=MODEL)

@@ -22,7 +22,7 @@ from channels.layers import InMemoryChannelLayer
 
 from jxai_app import store
 from jxai_app.consumers import ChatConsumer
-from jxai_app.turns import TurnHub
+from jxai_app.turns.hub import TurnHub
 from jxai_app.turns.delivery import LayerDelivery, layer_batches, reply_messages
 from jxai_app.turns.framing import Outbox, json_bytes, pieces, wire_texts
 from jxai_app.turns.session import UNSENDABLE_CLOSE_CODE

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 
-from jxai_app import conf, mcp_tools
+from jxai_app import conf
+from jxai_app.tools import mcp as mcp_tools
+from jxai_app.tools.registry import get_tool_registry
 from jxai_app.models import McpServer, ToolCall, ToolPolicy
 from tests.app.mcp_support import HttpServer, McpLog, stdio_server
 from tests.app.turns_support import Tab, fake, hub, text_script, tool_script  # noqa: F401  (fixtures)
@@ -157,7 +159,7 @@ async def test_a_tool_added_at_run_time_appears_after_list_changed(
     _, _, [grown] = await _turn(user, "Grow.")
     assert grown["success"] is True and "local__late" not in _offered(fake.requests[0].json)
     # The server sent notifications/tools/list_changed; the worker listed again by itself.
-    await eventually(lambda: "local__late" in conf.get_tool_registry(), "local__late in the registry")
+    await eventually(lambda: "local__late" in get_tool_registry(), "local__late in the registry")
 
     fake.add(tool_script("call_2", "local__late", {"word": "hi"}), text_script(["HI."]))
     _, _, [late] = await _turn(user, "Use the new tool.")
@@ -247,7 +249,7 @@ async def test_an_http_server_gets_the_user_id_and_configured_headers_and_lists_
     assert echo["success"] is True
     assert echo["result"]["data"] == {"text": "hi", "headers": {"x-jxai-user": str(user.pk), "x-team": "blue"}}
     assert grown["success"] is True
-    await eventually(lambda: "remote__late" in conf.get_tool_registry(), "remote__late after list_changed")
+    await eventually(lambda: "remote__late" in get_tool_registry(), "remote__late after list_changed")
 
 
 async def test_without_the_setting_an_internal_http_server_is_refused(

@@ -15,7 +15,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
-from jxai_app import conf, mcp_tools
+from jxai_app import conf
+from jxai_app.tools import mcp as mcp_tools
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.mcp import McpServerConfig, registry_name
 from jxai_app.models import McpServer

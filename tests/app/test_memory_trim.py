@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from jxai_app.ops import memory
-from jxai_app.turns import TurnHub, hub as hub_module, start_turn
-from tests.app.turns_support import fake, text_script  # noqa: F401
+from jxai_app.turns import hub as hub_module
+from jxai_app.turns.hub import TurnHub
+from tests.app.turns_support import fake, send_turn, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 
 needs_glibc = pytest.mark.skipif(not memory.trim_available(), reason="needs glibc's malloc_trim (Linux)")
@@ -62,14 +63,14 @@ async def test_the_hub_returns_free_memory_once_no_turn_has_run_for_a_moment(
     hub = TurnHub(idle_trim=0.2)
     hub.idle_trim = 0.2  # also where the C library has no malloc_trim: the schedule is what is tested
     fake.add(text_script(["a", "b"], delay=0.05), text_script(["c", "d", "e"], delay=0.2))
-    info = await start_turn(user=user, conversation_id=None, text="One.", hub=hub)
-    await asyncio.wait_for(info.runner.task, 10)
+    info, first = await send_turn(hub, user=user, conversation_id=None, text="One.")
+    await asyncio.wait_for(first.task, 10)
     assert await hub.wait_idle(5)  # the trim is not one of the hub's tasks: nothing waits for it
     assert calls == []
-    second = await start_turn(user=user, conversation_id=info.conversation_id, text="Two.", hub=hub)
+    _, second = await send_turn(hub, user=user, conversation_id=info.conversation_id, text="Two.")
     await asyncio.sleep(0.3)
-    assert calls == [] and not second.runner.task.done()  # the first trim found a turn running: skipped
-    await asyncio.wait_for(second.runner.task, 10)
+    assert calls == [] and not second.task.done()  # the first trim found a turn running: skipped
+    await asyncio.wait_for(second.task, 10)
     await hub.wait_idle(5)
     await asyncio.sleep(0.4)
     assert calls == [0]  # once, with no turn running

@@ -24,7 +24,9 @@ from django.db.models import Sum
 from jxai_app.core.gateway import ChatRequest, prompt_estimate
 from jxai_app.models import Conversation, Message, TokenReservation, UsageLedger, UserLimits
 from jxai_app.policy import ratelimit, reservations
-from jxai_app.store import estimate_tokens, message_send, turn_abandon
+from jxai_app.policy.budget import TurnBudget
+from jxai_app.store import estimate_tokens, message_send
+from jxai_app.turns.recovery import recover_turns
 from tests.app.apisupport import fake as api_fake, token  # noqa: F401  (fixtures)
 from tests.app.turns_support import Tab, fake, hub, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import (
@@ -223,8 +225,9 @@ async def test_a_retry_hands_its_reservation_to_the_new_turn(user: Any, fake: Fa
 def test_recovering_a_dead_turn_counts_its_prompt_in_flight(user: Any) -> None:
     UserLimits.objects.create(user=user, tokens_per_day=100_000)
     turn = message_send(user=user, conversation_id=None, text="x" * 4_000, model="m")
+    TurnBudget.admit(user, prompt_tokens=turn.prompt_tokens, turn_id=turn.turn_id, model=turn.model)
     assert TokenReservation.objects.get().turn_id == turn.turn_id
-    assert turn_abandon(conversation_id=turn.conversation_id, turn_id=turn.turn_id, interrupted=True)
+    assert [r.turn_id for r in recover_turns(lease=0, everything=True)] == [turn.turn_id]
     row = UsageLedger.objects.get(day=TODAY)
     assert row.input_tokens == row.estimated_tokens == first_prompt("x" * 4_000)
     assert not TokenReservation.objects.exists()

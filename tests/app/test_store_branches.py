@@ -190,7 +190,7 @@ def test_stop_with_nothing_saved_marks_the_question_and_the_path_ends_there(user
 def test_stop_from_the_database_marks_the_question_too(user: Any, chat: Any) -> None:
     cid, _, _ = chat
     turn = store.message_send(user=user, conversation_id=cid, text="Q3")
-    assert store.turn_cancel(user=user, conversation_id=cid) == turn.turn_id
+    assert store.turn_cancel(user=user, conversation_id=cid).turn_id == turn.turn_id
     assert Message.objects.get(pk=turn.user_message.pk).stopped
     assert Conversation.objects.get(pk=cid).active_leaf_id == turn.user_message.pk
 

@@ -107,16 +107,16 @@ def test_a_send_an_edit_and_a_regenerate_at_once_give_one_turn(user: Any) -> Non
     starting turns on three branches of one conversation at the same moment."""
     for attempt in range(3):
         conversation = store.conversation_create(user=user, model="m")
-        first = store.message_send(user=user, conversation_id=conversation.pk, text="Q1", admit=False)
+        first = store.message_send(user=user, conversation_id=conversation.pk, text="Q1")
         feed = TurnFeed(first)
         feed.add_delta("A1")
         assert feed.finish_round(stop_reason="stop", last=True)
         starts = [
-            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q2", admit=False),
-            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q1'", admit=False,
+            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q2"),
+            lambda: store.message_send(user=user, conversation_id=conversation.pk, text="Q1'",
                                        replaces=first.user_message.pk),
             lambda: store.answer_regenerate(user=user, conversation_id=conversation.pk,
-                                            message_id=first.assistant_message_id, admit=False),
+                                            message_id=first.assistant_message_id),
         ]
         results, errors = _in_threads(3, lambda i: _started(starts[i]))
         assert errors == []

@@ -105,13 +105,15 @@ def test_a_turn_that_renews_its_lease_is_never_taken(user: Any, clock: FakeClock
     recorder.tool_call_start("slow", "long_job")
     assert recorder.finish_round(stop_reason="tool_calls")
     _age(conversation, 5)
-    assert store.turns_recover(lease=6) == []
+    assert store.turns_lapsed(lease=6) == []
     assert store.leases_renew([recorder.turn_id]) == {recorder.turn_id}
-    assert store.turns_recover(now=timezone.now() + timedelta(seconds=5)) == []
+    assert store.turns_lapsed(now=timezone.now() + timedelta(seconds=5)) == []
     later = timezone.now() + timedelta(seconds=7)
-    assert store.turns_recover(now=later, exclude={conversation.pk}) == [], "a worker's own turns are alive"
-    recovered = store.turns_recover(now=later)
-    assert [r.conversation_id for r in recovered] == [conversation.pk]
+    assert store.turns_lapsed(now=later, exclude={conversation.pk}) == [], "a worker's own turns are alive"
+    assert store.turns_lapsed(now=later) == [(conversation.pk, recorder.turn_id)]
+    recovered = store.turn_abandon(conversation_id=conversation.pk, turn_id=recorder.turn_id, interrupted=True,
+                                   lease=6, now=later)
+    assert recovered is not None and recovered.conversation_id == conversation.pk
     assert _rows(conversation)[-1] == ("assistant", "", "complete"), "the completed round stays"
 
 
@@ -134,7 +136,7 @@ def test_a_send_takes_over_a_dead_turn_and_refuses_a_live_one(user: Any, clock: 
 def test_stray_placeholder_outside_a_turn_is_dropped(user: Any) -> None:
     conversation = store.conversation_create(user=user, model="m")
     Message.objects.create(conversation=conversation, position=0, role="assistant", status="streaming")
-    assert store.turns_recover() == [], "no turn to recover: the watch leaves the stray alone"
+    assert store.turns_lapsed() == [], "no turn to recover: the watch leaves the stray alone"
     assert _run_command() == "recovered 0 conversations\n"
     assert not Message.objects.filter(conversation=conversation).exists()
 

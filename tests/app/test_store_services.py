@@ -192,7 +192,7 @@ def test_tool_result_success_follows_mc6(content: str, success: bool, user: Any,
 def test_stop_from_another_worker_makes_the_recorder_lost(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock)
     recorder.add_delta("partial")
-    assert store.turn_cancel(user=user, conversation_id=conversation.pk) == recorder.turn_id
+    assert store.turn_cancel(user=user, conversation_id=conversation.pk).turn_id == recorder.turn_id
     assert store.turn_cancel(user=user, conversation_id=conversation.pk) is None, "safe without a turn"
     assert store.leases_renew([recorder.turn_id]) == set()  # the worker's renewal finds it gone
     recorder.lose()

@@ -14,8 +14,9 @@ from django.test import Client
 from django.urls import reverse
 
 from jxai_app import conf
+from jxai_app.tools.registry import get_tool_registry
 
-from jxai_app.policy import toolpolicy
+from jxai_app.tools import policy as toolpolicy
 from jxai_app.models import ToolPolicy
 from jxai_app.core.tools import ToolContext, ToolRegistry, tool, tool_success
 
@@ -165,7 +166,7 @@ def test_a_model_without_tool_support_is_offered_no_tools(registry: ToolRegistry
 def test_the_deployment_registry_with_a_disabled_builtin(user: Any) -> None:
     conf.reset_caches()
     _policy("calculate", enabled=False)
-    view = toolpolicy.tool_view_for(user, conf.get_tool_registry())
+    view = toolpolicy.tool_view_for(user, get_tool_registry())
     assert "calculate" not in _offered(view) and "current_datetime" in _offered(view)
     refused = run(view.execute("calculate", '{"expression": "2+2"}', _context(user)))
     assert refused["success"] is False and "not available" in refused["error"]
@@ -195,7 +196,7 @@ def test_admin_says_who_may_use_each_tool_by_the_same_rule(
         "save_note": "every user",  # its policy row (requires approval) comes with the migrations
     }
     # What admin says is what each user's turn is offered.
-    registry = conf.get_tool_registry()
+    registry = get_tool_registry()
     offered = {u.username: set(_offered(toolpolicy.tool_view_for(u, registry))) for u in (user, other_user, root)}
     everyone = ({"current_datetime"} if default else set()) | {"save_note"}
     assert offered == {"alice": everyone, "mallory": everyone | {"search_conversations"},

@@ -1,5 +1,5 @@
 """A send's model request goes out only after its transaction committed
-(jxai_app.turns.control): a send whose writes fail never contacts the provider and leaves
+(jxai_app.turns.start): a send whose writes fail never contacts the provider and leaves
 nothing behind, and no socket sees a turn that was not saved."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 
 from jxai_app import store
 from jxai_app.models import Conversation, ConversationStatus, Message
-from jxai_app.turns import TurnHub, start_turn
-from tests.app.turns_support import MODEL, Recorder, fake, hub, text_script  # noqa: F401
+from jxai_app.turns.hub import TurnHub
+from tests.app.turns_support import MODEL, Recorder, fake, hub, send_turn, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ async def test_the_model_request_goes_out_after_the_send_commits(user: Any, fake
     follower = Recorder()
     hub.delivery.follow(conversation.pk, follower)
 
-    info = await start_turn(user=user, conversation_id=conversation.pk, text="Say hello.", hub=hub)
+    info, _ = await send_turn(hub, user=user, conversation_id=conversation.pk, text="Say hello.")
     await asyncio.wait_for(follower.ended.wait(), 10)
 
     assert seen["request_before_commit"] is False, "the request went out before the send was saved"
@@ -67,7 +67,7 @@ async def test_a_send_whose_writes_fail_contacts_no_provider_and_leaves_nothing(
     hub.delivery.follow(conversation.pk, follower)
 
     with pytest.raises(RuntimeError, match="disk full"):
-        await start_turn(user=user, conversation_id=conversation.pk, text="Hi", hub=hub)
+        await send_turn(hub, user=user, conversation_id=conversation.pk, text="Hi")
 
     assert fake.requests == []
     assert hub.runner(conversation.pk) is None
@@ -79,7 +79,7 @@ async def test_a_send_whose_writes_fail_contacts_no_provider_and_leaves_nothing(
     # the conversation is usable at once: the next send runs normally
     monkeypatch.undo()
     fake.add(text_script(["fine"]))
-    await start_turn(user=user, conversation_id=conversation.pk, text="Again", hub=hub)
+    await send_turn(hub, user=user, conversation_id=conversation.pk, text="Again")
     await asyncio.wait_for(follower.ended.wait(), 10)
     assert (await sync_to_async(Conversation.objects.get)(pk=conversation.pk)).status == ConversationStatus.IDLE
     assert len(fake.requests) == 1

@@ -11,10 +11,12 @@ from channels.layers import get_channel_layer
 
 from jxai_app import conf, store
 from jxai_app.models import Conversation, ConversationStatus, Message
-from jxai_app.turns import ReplayLog, TurnHub, cancel_turn, start_turn
+from jxai_app.turns.control import cancel_turn
+from jxai_app.turns.hub import TurnHub
+from jxai_app.turns.replay import ReplayLog
 from jxai_app.turns.delivery import BROADCAST_GROUP, FRAMES, LayerDelivery
 from tests.app.conftest import start_streaming, watch_one_turn
-from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
+from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, send_turn, text_script  # noqa: F401
 from tests.support.fake_provider import FakeProvider
 from tests.app.store_support import TurnFeed
 
@@ -66,8 +68,7 @@ async def test_events_are_numbered_and_batched_through_the_layer(user: Any, fake
     hub.delivery = LayerDelivery(layer, worker_id=hub.worker_id)  # the in-memory layer plays Redis
     fake.add(text_script([f"d{i}" for i in range(500)], delay=0.0005))
     follower = Recorder()
-    info = await start_turn(user=user, conversation_id=None, text="Stream.", origin=None, hub=hub)
-    hub.delivery.follow(info.conversation_id, follower)  # before the task's first step: sees everything
+    info, _ = await send_turn(hub, follower, user=user, conversation_id=None, text="Stream.")
     await asyncio.wait_for(follower.ended.wait(), 20)
     await hub.wait_idle(5)
 
@@ -78,7 +79,7 @@ async def test_events_are_numbered_and_batched_through_the_layer(user: Any, fake
     assert layer_items == items  # the layer carries the same items, in order, once
     assert all(m["origin"] == hub.worker_id for m in sent)
     assert len(sent) < 60, f"{len(sent)} layer messages for {len(items)} events"
-    assert info.created and info.conversation["status"] == "streaming"
+    assert info.turn.created and info.conversation["status"] == "streaming"
 
 
 async def test_a_failing_runner_ends_the_turn_as_an_error(user: Any, fake: FakeProvider, hub: TurnHub,
@@ -88,8 +89,7 @@ async def test_a_failing_runner_ends_the_turn_as_an_error(user: Any, fake: FakeP
 
     monkeypatch.setattr(conf, "build_client", broken)
     follower = Recorder()
-    info = await start_turn(user=user, conversation_id=None, text="Hello?", origin=None, hub=hub)
-    hub.delivery.follow(info.conversation_id, follower)
+    info, _ = await send_turn(hub, follower, user=user, conversation_id=None, text="Hello?")
     await asyncio.wait_for(follower.ended.wait(), 10)
     kinds = [i["event"]["type"] for i in follower.items()]
     assert kinds[-2:] == ["error", "turn_end"]
@@ -104,8 +104,7 @@ async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, f
     hub = TurnHub()
     fake.add(text_script([f"w{i}" for i in range(1000)], delay=0.01))
     follower = Recorder()
-    info = await start_turn(user=user, conversation_id=None, text="Long answer.", origin=None, hub=hub)
-    hub.delivery.follow(info.conversation_id, follower)
+    info, _ = await send_turn(hub, follower, user=user, conversation_id=None, text="Long answer.")
     while not any(i["event"]["type"] == "delta" for i in follower.items()):
         await asyncio.sleep(0.01)
     await hub.shutdown(timeout=5)
@@ -119,18 +118,21 @@ async def test_shutdown_stops_running_turns_and_drops_their_partial(user: Any, f
     assert await asyncio.to_thread(fake.wait_closed, 2.0)
 
 
-async def test_start_turn_refuses_and_origin_adopts(user: Any, fake: FakeProvider, hub: TurnHub) -> None:
+async def test_a_refused_start_saves_nothing_and_a_followed_plan_misses_no_frame(user: Any, fake: FakeProvider,
+                                                                                hub: TurnHub) -> None:
     from jxai_app.core.errors import ProblemError
 
     with pytest.raises(ProblemError) as excinfo:
-        await start_turn(user=user, conversation_id=None, text="", hub=hub)
+        await send_turn(hub, user=user, conversation_id=None, text="")
     assert excinfo.value.slug == "invalid-request"
+    assert await sync_to_async(Conversation.objects.count)() == 0
     fake.add(text_script(["ok"]))
-    origin = Recorder()
-    info = await start_turn(user=user, conversation_id=None, text="hi", origin=origin, hub=hub)
-    assert origin.adopted == [(info.conversation_id, info.turn_id)]
+    follower = Recorder()
+    info, _ = await send_turn(hub, follower, user=user, conversation_id=None, text="hi")
     await hub.wait_idle(5)
-    assert await cancel_turn(user=user, conversation_id=info.conversation_id, hub=hub) is False
+    assert [f["type"] for f in follower.frames[:2]] == ["conversation", "message_saved"]
+    assert follower.items()[0]["seq"] == 1
+    assert await cancel_turn(hub, user=user, conversation_id=info.conversation_id) is False
 
 
 # --------------------------------------------------------------------------- two workers
@@ -152,8 +154,7 @@ def consumer_on(worker: TurnHub) -> type:
 async def worker_b(hub: TurnHub) -> Any:
     layer = get_channel_layer()  # the in-memory layer plays Redis between the two hubs
     hub.delivery = LayerDelivery(layer, worker_id=hub.worker_id, reply_timeout=0.5)
-    other = TurnHub(worker_id="worker-b", delivery=LayerDelivery(layer, worker_id="worker-b", reply_timeout=0.5),
-                    watch=False)
+    other = TurnHub(worker_id="worker-b", delivery=LayerDelivery(layer, worker_id="worker-b", reply_timeout=0.5))
     yield other
     await other.shutdown(timeout=5)
 

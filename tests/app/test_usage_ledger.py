@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -20,6 +19,7 @@ from django.urls import reverse
 from jxai_app.policy import ratelimit
 
 from jxai_app.policy import usage
+from jxai_app.policy.budget import TurnBudget
 from jxai_app.core.errors import ProblemError
 from jxai_app.models import TokenReservation, TurnAdmission, UsageLedger, UserLimits
 from tests.app.conftest import NOON, FakeClock
@@ -120,13 +120,13 @@ def test_turns_are_counted_per_user(user: Any, other_user: Any, wall_clock: Fake
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_async_twins_write_the_same_ledger(user: Any, wall_clock: FakeClock) -> None:
-    async def go() -> None:
-        await ratelimit.acheck_turn_allowed(user)
-        await ratelimit.arecord_usage(user, {"inputTokens": 1, "outputTokens": 2}, estimated=False)
-
-    async_to_sync(go)()
-    assert _row(user).total_tokens == 3 and ratelimit.turns_in_last_minute(user) == 1
+def test_an_api_request_budget_admits_settles_and_leaves_no_reservation(user: Any, wall_clock: FakeClock) -> None:
+    UserLimits.objects.create(user=user, tokens_per_day=100_000)
+    budget = TurnBudget.admit(user, prompt_tokens=10, model="m")
+    assert ratelimit.turns_in_last_minute(user) == 1 and TokenReservation.objects.filter(user=user).count() == 1
+    budget.settle({"inputTokens": 1, "outputTokens": 2}, estimated=False)
+    assert _row(user).total_tokens == 3
+    assert not TokenReservation.objects.filter(user=user).exists()
 
 
 @pytest.mark.django_db

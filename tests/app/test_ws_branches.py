@@ -112,7 +112,9 @@ async def test_a_failed_regenerate_keeps_the_answer_and_retry_loses_nothing(user
     await one.until_event("error", timeout=15)
     await _turn_done(one)
     await one.send(type="retry", conversationId=cid)  # the conversation's model is the down one now
-    await one.until(lambda f: f["type"] == "snapshot" and f["turn"] is None and f["messages"] == [])
+    # the failed exchange dropped, its question sent again beside the one that keeps A1 (a new branch)
+    await one.until(lambda f: f["type"] == "snapshot" and f["turn"] is not None
+                    and [m["content"] for m in f["messages"]] == ["Q1"])
     await one.until_event("error", timeout=15)
     await _turn_done(one)
     saved = await sync_to_async(lambda: list(Message.objects.filter(conversation_id=cid).order_by("position")

@@ -34,7 +34,7 @@ from jxai_app.core.streaming.fault import MAX_MESSAGE
 from jxai_app.models import Conversation, Message
 from channels.layers import get_channel_layer
 
-from jxai_app.turns import TurnHub
+from jxai_app.turns.hub import TurnHub
 from jxai_app.turns.delivery import LayerDelivery
 from tests.app.test_secrets_logs import SENTINEL, _assert_no_key_in_logs, _echo, _echo_in_stream, capture  # noqa: F401
 from tests.app.turns_support import (  # noqa: F401  (fixtures)
@@ -237,8 +237,7 @@ async def test_with_the_layer_down_sockets_connect_and_their_worker_s_turns_lose
                 "CONFIG": {"hosts": [f"redis://127.0.0.1:{closed_port()}/0"]}}
     settings.CHANNEL_LAYERS = {**settings.CHANNEL_LAYERS, "down": down}
     caplog.set_level(logging.WARNING, logger="jxai_app")
-    worker = TurnHub(delivery=LayerDelivery(get_channel_layer("down"), worker_id="down-worker", reply_timeout=0.3),
-                     watch=False)
+    worker = TurnHub(delivery=LayerDelivery(get_channel_layer("down"), worker_id="down-worker", reply_timeout=0.3))
 
     class Worker(ChatConsumer):
         def get_hub(self) -> TurnHub:

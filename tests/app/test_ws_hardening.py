@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.test import Client
 
-from jxai_app import store
+from jxai_app import conf, store
 from jxai_app.models import Conversation, Message
 from tests.app.turns_support import MODEL, Tab, assert_in_order, fake, hub, text_script  # noqa: F401
 
@@ -164,9 +164,7 @@ async def test_deactivating_the_user_closes_every_socket_of_theirs_only(settings
 
 
 async def test_the_default_check_interval_is_within_a_minute() -> None:
-    from jxai_app.consumers import session_check_seconds
-
-    assert 0 < session_check_seconds() <= 60
+    assert 0 < conf.ws_session_check_seconds() <= 60
 
 
 # -- conversation list paging (threat 4) --------------------------------------------------

@@ -18,7 +18,11 @@ from channels.testing import WebsocketCommunicator
 
 from jxai_app import conf
 from jxai_app.consumers import ChatConsumer
-from jxai_app.turns import TurnHub, get_hub
+from jxai_app.turns import start
+from jxai_app.turns.hub import TurnHub
+from jxai_app.turns.plan import TurnPlan
+from jxai_app.turns.runner import TurnRunner
+from jxai_app.turns.worker import get_hub
 from tests.support.fake_provider import FakeProvider, Script, openai_text_stream, openai_tool_call_stream
 
 MODEL = "fake-model"
@@ -79,6 +83,15 @@ def probe_tools(settings: Any, fake: FakeProvider) -> Iterator[None]:
     yield
     ws_tools.CALLS.clear()
     conf.reset_caches()
+
+
+async def send_turn(hub: TurnHub, follower: Any = None, **send: Any) -> tuple[TurnPlan, TurnRunner]:
+    """Start a turn as a socket does: the plan of ``start.send(hub, **send)``, followed by
+    ``follower`` (when given) before it is launched."""
+    plan = await start.send(hub, **send)
+    if follower is not None:
+        hub.delivery.follow(plan.conversation_id, follower)
+    return plan, start.launch(hub, plan)
 
 
 @pytest.fixture
@@ -201,16 +214,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.frames: list[dict[str, Any]] = []
-        self.adopted: list[tuple[Any, str]] = []
         self.ended = asyncio.Event()
 
     def deliver(self, frame: dict[str, Any]) -> None:
         self.frames.append(frame)
         if frame["type"] == "conversation" and frame["conversation"]["status"] != "streaming":
             self.ended.set()
-
-    def adopt(self, conversation_id: Any, turn_id: str) -> None:
-        self.adopted.append((conversation_id, turn_id))
 
     def refresh(self) -> None:
         self.frames.append({"type": "refresh"})

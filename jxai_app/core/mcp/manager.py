@@ -1,7 +1,7 @@
 """Every MCP server of one worker, synced into its tool registry (docs/mcp.md "Sessions").
 
 One :class:`McpTools` per worker process (per event loop), made by the Django layer
-(:mod:`jxai_app.mcp_tools`). It runs one :class:`~jxai_app.core.mcp.connection.McpConnection`
+(:mod:`jxai_app.tools.mcp`). It runs one :class:`~jxai_app.core.mcp.connection.McpConnection`
 per enabled server and, after each listing, replaces that server's tools in the registry:
 each MCP tool becomes a ``ToolDefinition`` named by :func:`~jxai_app.core.mcp.naming.registry_name`,
 with the server's input schema (validated like any tool's arguments, before the server sees

@@ -30,6 +30,12 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from jxai_app.core.streaming.anthropic import AnthropicChatClient
+from jxai_app.core.streaming.events import ErrorEvent, encode_event
+from jxai_app.core.streaming.openai import OpenAIChatClient
+from jxai_app.core.streaming.proxy import ProxyChatClient
+from jxai_app.core.streaming.responses import ResponsesChatClient
+
 _KEY_ENV = {"openai": "OPENAI_API_KEY", "openai-responses": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
             "proxy": "JXAI_API_KEY"}
 
@@ -75,11 +81,6 @@ def build_client(parser: argparse.ArgumentParser, opts: argparse.Namespace, *, t
     """The client the parsed options describe (``parser.error`` → exit 2 when incomplete).
 
     ``transport`` (an ``httpx.AsyncBaseTransport``) is passed to the client; tests use it."""
-    from jxai_app.core.streaming.anthropic import AnthropicChatClient
-    from jxai_app.core.streaming.openai import OpenAIChatClient
-    from jxai_app.core.streaming.proxy import ProxyChatClient
-    from jxai_app.core.streaming.responses import ResponsesChatClient
-
     api_key = opts.api_key if opts.api_key is not None else os.environ.get(_KEY_ENV[opts.provider]) or None
     model = opts.model or os.environ.get("JXAI_MODEL") or None
     if opts.provider == "proxy":
@@ -100,7 +101,6 @@ def build_client(parser: argparse.ArgumentParser, opts: argparse.Namespace, *, t
 
 
 async def _run(client: Any, messages: list[Any], tools: list[Any], system: str) -> int:
-    from jxai_app.core.streaming.events import ErrorEvent, encode_event
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

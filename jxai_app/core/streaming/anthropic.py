@@ -55,6 +55,7 @@ from jxai_app.core.streaming.events import (
 from jxai_app.core.streaming.fault import UpstreamFault, provider_error_fault
 from jxai_app.core.streaming.openai import text_of
 from jxai_app.core.streaming.pool import ConnectionPool
+from jxai_app.core.tokens import token_count
 
 ANTHROPIC_VERSION: Final[str] = "2023-06-01"
 
@@ -67,10 +68,6 @@ _STOP: Final[dict[str, StopReason]] = {
     "model_context_window_exceeded": "length",
     "refusal": "content_filter",
 }
-
-
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
 
 
 class AnthropicNormaliser:
@@ -193,14 +190,14 @@ class AnthropicNormaliser:
     def _usage(self, usage: Any) -> None:
         if type(usage) is not dict:
             return
-        fresh = _count(usage.get("input_tokens"))
-        read = _count(usage.get("cache_read_input_tokens"))
-        written = _count(usage.get("cache_creation_input_tokens"))
+        fresh = token_count(usage.get("input_tokens"))
+        read = token_count(usage.get("cache_read_input_tokens"))
+        written = token_count(usage.get("cache_creation_input_tokens"))
         if fresh is not None:
             self._input = fresh + (read or 0) + (written or 0)  # total prompt tokens, as OpenAI counts them
         if read is not None:
             self._cached = read
-        output = _count(usage.get("output_tokens"))
+        output = token_count(usage.get("output_tokens"))
         if output is not None:
             self._output = output
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Final, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, AsyncIterator, Final, Mapping, Protocol, Sequence, runtime_checkable
 
 import httpx
 from httpx_sse import ServerSentEvent
@@ -39,12 +39,11 @@ from jxai_app.core.streaming.fault import (
     provider_error_fault,
     secret_values,
 )
+from jxai_app.core.streaming.pool import ConnectionPool, ssl_context
 from jxai_app.core.streaming.guard import Cancelled as Cancelled, Guard as Guard, Signal as Signal  # re-exported
 from jxai_app.core.streaming.release import finish_response
 from jxai_app.core.streaming.sse import SSEReader, is_complete_object, parse_payload
 
-if TYPE_CHECKING:
-    from jxai_app.core.streaming.pool import ConnectionPool
 
 logger = logging.getLogger(__name__)
 
@@ -147,17 +146,6 @@ def event_object(sse: ServerSentEvent) -> dict[str, Any] | None:
     if "type" not in payload and payload.get("error"):
         raise provider_error_fault(payload["error"])
     return payload
-
-
-_SSL_CONTEXT: Any = None
-
-
-def _ssl_context() -> Any:
-    """One verified TLS context for every client (building one costs milliseconds)."""
-    global _SSL_CONTEXT
-    if _SSL_CONTEXT is None:
-        _SSL_CONTEXT = httpx.create_ssl_context()
-    return _SSL_CONTEXT
 
 
 class BaseChatClient:
@@ -289,7 +277,7 @@ class BaseChatClient:
         pool = self.pool
         if pool is None:
             client = httpx.AsyncClient(transport=self.transport, timeout=limits, follow_redirects=False,
-                                       verify=_ssl_context() if self.transport is None else True)
+                                       verify=ssl_context() if self.transport is None else True)
         else:  # shared: only this response is closed below (and its connection when unfinished)
             client = pool.client()
         response: httpx.Response | None = None

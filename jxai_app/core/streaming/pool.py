@@ -25,11 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Final
+from typing import Any, Final
 
 import httpx
 
-from jxai_app.core.streaming.base import _ssl_context
+
+
+def ssl_context() -> Any:
+    """One verified TLS context for every client, pooled or not (building one costs milliseconds)."""
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = httpx.create_ssl_context()
+    return _SSL_CONTEXT
+
+
+_SSL_CONTEXT: Any = None
 
 __all__ = ["ConnectionPool", "shared_pool"]
 
@@ -63,7 +73,7 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None or client.is_closed:
-            client = httpx.AsyncClient(verify=_ssl_context(), limits=self.limits, follow_redirects=False,
+            client = httpx.AsyncClient(verify=ssl_context(), limits=self.limits, follow_redirects=False,
                                        timeout=httpx.Timeout(None))
             self._clients[loop] = client
         return client

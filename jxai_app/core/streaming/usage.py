@@ -13,15 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, UsageEvent
-
-
-def token_count(value: Any) -> int | None:
-    """A token count: a non-negative int (or a float holding one), else ``None``."""
-    if type(value) is int:
-        return value if value >= 0 else None
-    if type(value) is float and value >= 0 and value.is_integer():
-        return int(value)
-    return None
+from jxai_app.core.tokens import token_count
 
 
 def usage_event(*, input_tokens: int, output: Any, cached: Any, reasoning: Any, total: Any) -> UsageEvent:

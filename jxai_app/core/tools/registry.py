@@ -14,7 +14,7 @@ import logging
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jxai_app.core.errors import ToolError
 from jxai_app.core.tools.context import ToolContext
@@ -22,9 +22,6 @@ from jxai_app.core.tools.definition import ToolDefinition, tool_error
 from jxai_app.core.tools.invoke import normalise_result, parse_arguments, run_definition
 from jxai_app.core.tools.schema import openai_strict_schema
 from jxai_app.core.tools.validation import prepare_arguments, validation_errors
-
-if TYPE_CHECKING:
-    from jxai_app.core.tools.gate import GatedToolRegistry
 
 __all__ = ["ToolRegistry", "ToolView", "llm_listing"]
 
@@ -77,23 +74,6 @@ class ToolView(ABC):
         """Whether a call of ``name`` waits for a person's approval before it runs
         (docs/approval.md "Policy"); a registry alone requires none."""
         return False
-
-    def gated(
-        self,
-        predicate: Callable[[ToolDefinition], bool] | None = None,
-        *,
-        call_caps: Mapping[str, int] | None = None,
-        approval: Collection[str] = (),
-        prior_calls: Mapping[str, int] | None = None,
-    ) -> GatedToolRegistry:
-        """A view offering only the tools ``predicate`` accepts, with per-turn call caps, the
-        tools whose calls need approval, and the calls the turn already ran.
-
-        See ``jxai_app.core.tools.gate.GatedToolRegistry``.
-        """
-        from jxai_app.core.tools.gate import GatedToolRegistry
-
-        return GatedToolRegistry(self, predicate, call_caps=call_caps, approval=approval, prior_calls=prior_calls)
 
     def list_for_llm(self) -> builtins.list[dict[str, Any]]:
         """The offered tools in OpenAI function-calling shape (see ``llm_listing``)."""

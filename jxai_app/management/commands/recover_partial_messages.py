@@ -15,9 +15,10 @@ from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jxai_app import conf
-from jxai_app.store import strays_drop, turns_recover
+from jxai_app.store import strays_drop
+from jxai_app.turns.frames import snapshot_of
 from jxai_app.turns.hub import choose_delivery
-from jxai_app.turns.recovery import publish_recovered, snapshot_of
+from jxai_app.turns.recovery import publish_recovered, recover_turns
 
 
 class Command(BaseCommand):
@@ -37,7 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["stale_after"] < 0:
             raise CommandError("--stale-after must not be negative", returncode=2)
-        recovered = turns_recover(lease=options["stale_after"], everything=options["everything"])
+        recovered = recover_turns(lease=options["stale_after"], everything=options["everything"])
         strays_drop()
         frames = [(turn.owner_id, snapshot_of(turn.conversation_id)) for turn in recovered]
         async_to_sync(self._publish)(frames)

@@ -22,7 +22,7 @@ def make_registry(ran: list[str]) -> ToolRegistry:
 async def test_the_view_lists_only_offered_tools_and_refuses_the_others() -> None:
     ran: list[str] = []
     registry = make_registry(ran)
-    view = registry.gated(lambda d: d.name != "admin")
+    view = GatedToolRegistry(registry, lambda d: d.name != "admin")
     assert [d.name for d in view.list()] == ["read", "write"]
     assert [t["function"]["name"] for t in view.list_for_llm()] == ["read", "write"]
     assert view.get_definition("admin") is None
@@ -38,7 +38,7 @@ async def test_the_view_lists_only_offered_tools_and_refuses_the_others() -> Non
 
 async def test_the_predicate_is_re_read_each_time() -> None:
     allowed = {"read", "write"}
-    view = make_registry([]).gated(lambda d: d.name in allowed)
+    view = GatedToolRegistry(make_registry([]), lambda d: d.name in allowed)
     assert len(view.list()) == 2
     allowed.discard("write")
     assert [d.name for d in view.list()] == ["read"]
@@ -65,14 +65,14 @@ async def test_predicates_can_use_the_users_permissions() -> None:
             return perm in self.perms
 
     user = User({"tools.use_read"})
-    view = make_registry([]).gated(lambda d: user.has_perm(f"tools.use_{d.name}"))
+    view = GatedToolRegistry(make_registry([]), lambda d: user.has_perm(f"tools.use_{d.name}"))
     assert [d.name for d in view.list()] == ["read"]
     assert (await view.execute("write", "{}", ToolContext(user=user)))["success"] is False
 
 
 async def test_call_caps_refuse_calls_over_the_cap() -> None:
     ran: list[str] = []
-    view = make_registry(ran).gated(call_caps={"read": 2, "write": 0})
+    view = GatedToolRegistry(make_registry(ran), call_caps={"read": 2, "write": 0})
     results = [await view.execute("read", "{}") for _ in range(3)]
     assert [r["success"] for r in results] == [True, True, False]
     assert results[2]["error"] == 'Tool "read" may be called at most 2 times per turn; do not call it again'
@@ -81,19 +81,19 @@ async def test_call_caps_refuse_calls_over_the_cap() -> None:
     assert ran == ["read", "read", "admin"]
     assert view.calls("read") == 2
     # a fresh view (a new turn) starts from zero
-    assert (await make_registry(ran).gated(call_caps={"read": 2}).execute("read", "{}"))["success"] is True
+    assert (await GatedToolRegistry(make_registry(ran), call_caps={"read": 2}).execute("read", "{}"))["success"] is True
 
 
 async def test_calls_with_bad_arguments_still_count_against_the_cap() -> None:
-    view = make_registry([]).gated(call_caps={"read": 1})
+    view = GatedToolRegistry(make_registry([]), call_caps={"read": 1})
     assert (await view.execute("read", "not json"))["success"] is False
     assert (await view.execute("read", "{}"))["error"].startswith('Tool "read" may be called at most 1 time per turn')
 
 
 async def test_views_compose() -> None:
     ran: list[str] = []
-    inner = make_registry(ran).gated(lambda d: d.name != "admin", call_caps={"read": 1})
-    outer = inner.gated(lambda d: d.name != "write")
+    inner = GatedToolRegistry(make_registry(ran), lambda d: d.name != "admin", call_caps={"read": 1})
+    outer = GatedToolRegistry(inner, lambda d: d.name != "write")
     assert [d.name for d in outer.list()] == ["read"]
     assert (await outer.execute("admin", "{}"))["error"] == 'Tool "admin" is not available in this conversation'
     assert (await outer.execute("read", "{}"))["success"] is True
@@ -104,4 +104,4 @@ async def test_views_compose() -> None:
 @pytest.mark.parametrize("cap", [-1, 1.5, True, "2"])
 def test_bad_caps_are_refused(cap: Any) -> None:
     with pytest.raises(ToolError, match="non-negative integer"):
-        make_registry([]).gated(call_caps={"read": cap})
+        GatedToolRegistry(make_registry([]), call_caps={"read": cap})

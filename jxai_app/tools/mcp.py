@@ -25,21 +25,21 @@ import asyncio
 import logging
 import weakref
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jxai_app import conf
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.mcp import McpServerConfig
-from jxai_app.store.dbsync import db_request
-
-if TYPE_CHECKING:
-    from jxai_app.core.mcp.manager import McpTools
+from jxai_app.core.mcp.manager import McpTools
+from jxai_app.db import db_request
+from jxai_app.models import McpServer
+from jxai_app.tools.registry import get_tool_registry
 
 __all__ = ["StartOnFirstRequest", "apply", "close", "current", "refresh_from_thread", "server_configs", "sync"]
 
 logger = logging.getLogger("jxai_app.mcp")
 
-_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, "McpTools"] = weakref.WeakKeyDictionary()
+_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, McpTools] = weakref.WeakKeyDictionary()
 _latest_loop: list[asyncio.AbstractEventLoop] = []
 """The loop :func:`sync` ran on last in this process (admin's thread reaches it through it)."""
 _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
@@ -50,8 +50,6 @@ def server_configs() -> list[McpServerConfig]:
 
     A row or file the configuration refuses is logged and left out: a mistake in one server
     never stops the others or the turn."""
-    from jxai_app.models import McpServer
-
     try:
         configs = {c.name: c for c in conf.get_mcp_servers()}
     except ConfigurationError as exc:
@@ -91,9 +89,7 @@ async def apply(configs: list[McpServerConfig]) -> bool:
     async with _locks.setdefault(loop, asyncio.Lock()):
         manager = _managers.get(loop)
         if manager is None:
-            from jxai_app.core.mcp.manager import McpTools  # the SDK (a second to import), on first use
-
-            manager = _managers[loop] = McpTools(conf.get_tool_registry(), [],
+            manager = _managers[loop] = McpTools(get_tool_registry(), [],
                                                  allow_internal=conf.mcp_allow_internal())
         if configs == manager.configs:
             return False

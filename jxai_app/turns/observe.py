@@ -18,6 +18,7 @@ from jxai_app import conf
 from jxai_app.core.errors import UnknownModelError
 from jxai_app.core.problems import PROBLEM_BASE_URI, PROBLEM_TYPES
 from jxai_app.ops import jsonlog, metrics, tracing
+from jxai_app.tools.registry import get_tool_registry
 
 __all__ = ["TurnObserver", "api_request_ended", "problem_slug", "tool_label"]
 
@@ -37,7 +38,7 @@ def problem_slug(doc: Any) -> str:
 def tool_label(name: str) -> str:
     """A tool's metric label: its registry name, ``other`` for one the registry does not
     have (a model may call any name: labels must stay bounded)."""
-    return name if conf.get_tool_registry().get_definition(name) is not None else "other"
+    return name if get_tool_registry().get_definition(name) is not None else "other"
 
 
 def _model(alias: str | None) -> tuple[str, str, str]:

@@ -30,20 +30,21 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 
+from jxai_app import conf
 from jxai_app.core.errors import ToolError
 from jxai_app.core.tools import GatedToolRegistry, ToolDefinition, ToolRegistry, ToolView
+from jxai_app.models import ToolPolicy
 
 __all__ = ["ToolRule", "default_allowed", "load_rules", "tool_view_for", "who_may_use"]
 
-logger = logging.getLogger("jxai_app.policy.toolpolicy")
+logger = logging.getLogger("jxai_app.tools")
 
 
 def default_allowed() -> bool:
     """``JXAI_TOOLS_DEFAULT_ALLOWED``: whether a tool without a policy row is offered to
     every user (default ``True``)."""
-    return bool(getattr(settings, "JXAI_TOOLS_DEFAULT_ALLOWED", True))
+    return conf.tools_default_allowed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +127,6 @@ def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
     Args:
         names: only these tools; ``None`` for every row.
     """
-    from jxai_app.models import ToolPolicy
-
     rows = ToolPolicy.objects.prefetch_related("allowed_groups", "approval_groups")
     if names is not None:
         wanted = list(names)
@@ -186,11 +185,11 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     """The tools one turn of ``user`` offers (module rule), as a fresh gated view.
 
     Make one per turn: the view counts calls for the caps. Sync (reads ``ToolPolicy`` rows
-    and the user's groups); call it from async code through ``sync_to_async``.
+    and the user's groups); call it from async code through :func:`jxai_app.db.db_call`.
 
     Args:
         user: the user the turn acts for (``None`` or anonymous: no groups, no superuser).
-        registry: the deployment's registry (``conf.get_tool_registry()``) or a view of it;
+        registry: the deployment's registry (:func:`jxai_app.tools.registry.get_tool_registry`) or a view of it;
             it is copied, never changed.
         model_supports_tools: ``False`` gives a view that offers nothing.
         prior_calls: tool name → calls the turn already ran (a turn resumed after an
@@ -203,7 +202,7 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
         'Tool "…" is not available in this conversation'}``.
     """
     if not model_supports_tools:
-        return registry.gated(lambda defn: False)
+        return GatedToolRegistry(registry, lambda defn: False)
     definitions = registry.list()
     rules = load_rules(defn.name for defn in definitions)
     default = default_allowed()
@@ -228,5 +227,5 @@ def tool_view_for(user: Any, registry: ToolView, *, model_supports_tools: bool =
     turn_registry = ToolRegistry(copies, max_argument_chars=root.max_argument_chars,
                                  max_result_chars=root.max_result_chars)
     chosen = frozenset(offered)
-    return turn_registry.gated(lambda defn: defn.name in chosen, call_caps=caps, approval=approval,
+    return GatedToolRegistry(turn_registry, lambda defn: defn.name in chosen, call_caps=caps, approval=approval,
                                prior_calls=prior_calls)

@@ -1,0 +1,89 @@
+"""The database from async code: one executor, one way in (docs/architecture.md "The database
+from async code").
+
+Every coroutine of jxai that needs the ORM — the turns' writes, the lease watch, a socket's
+requests, ``/ai/chat``, the token lookup, the health probe, the tools' stores — calls
+:func:`db_call` (or :func:`db_request`, which answers an unreachable database with a
+problem). Both run the function in the worker's database threads: one
+``ThreadPoolExecutor`` of ``JXAI_DB_THREADS`` threads per process, so at most that many
+connections per worker are ever checked out (with PostgreSQL's pool, docs/operations.md
+"Database connections", they come from the pool and go back to it after each call).
+
+Django closes a thread's unusable or expired (``CONN_MAX_AGE``) connections at the start and
+end of each request, in the thread that handles the request. Work handed to an executor
+thread is outside that cycle, so :func:`db_call` does the same around every call: a
+connection opened there is closed (returned to the pool) when the call ends, unless
+``CONN_MAX_AGE`` keeps it, and a broken one is replaced before the next call.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+from asgiref.sync import SyncToAsync
+from django.db import InterfaceError, OperationalError, connections
+
+from jxai_app import conf
+from jxai_app.core.problems import problem_error
+
+__all__ = ["DATABASE_ERRORS", "close_stale_connections", "db_call", "db_request"]
+
+T = TypeVar("T")
+
+DATABASE_ERRORS = (OperationalError, InterfaceError)
+"""What a call raises when the database cannot be reached (a lost connection, a refused
+connect, the pool's wait timed out)."""
+
+
+def close_stale_connections() -> None:
+    """Close this thread's connections that are unusable or older than ``CONN_MAX_AGE``
+    (``0``: any; with the pool: returned to it), except those inside a transaction."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+class _DatabaseThreadCall(SyncToAsync):
+    """``sync_to_async`` on the database threads, with :func:`close_stale_connections`
+    before and after the call (module docstring)."""
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run the call in the database thread between two :func:`close_stale_connections`."""
+        close_stale_connections()
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            close_stale_connections()
+
+
+@functools.cache
+def _db_threads() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=conf.db_threads(), thread_name_prefix="jxai-db")
+
+
+async def db_call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)`` in one of the worker's database threads (module docstring),
+    in parallel with other calls, the caller's context variables carried over.
+
+    Raises:
+        Whatever ``func`` raises (:data:`DATABASE_ERRORS` when the database is unreachable).
+    """
+    call = _DatabaseThreadCall(func, thread_sensitive=False, executor=_db_threads())
+    return await call(*args, **kwargs)  # type: ignore[no-any-return]
+
+
+async def db_request(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`db_call` for a client's request: an unreachable database is a problem.
+
+    Raises:
+        ProblemError: ``service-unavailable`` (with ``retry_after``) when the database cannot
+            be reached; a transaction ``func`` opened did not commit, so nothing was saved.
+        Whatever else ``func`` raises.
+    """
+    try:
+        return await db_call(func, *args, **kwargs)
+    except DATABASE_ERRORS as exc:
+        raise problem_error("service-unavailable", "The database is not answering; nothing was saved. "
+                                                   "Try again in a moment.", retry_after=2) from exc

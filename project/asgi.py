@@ -15,7 +15,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from jxai_app.mcp_tools import StartOnFirstRequest  # noqa: E402
+from jxai_app.tools.mcp import StartOnFirstRequest  # noqa: E402
 from jxai_app.routing import websocket_urlpatterns  # noqa: E402
 from jxai_app.web.origin import SameOriginValidator  # noqa: E402
 

@@ -275,7 +275,7 @@ def get_limits() -> Limits:
 
 @dataclass(frozen=True, slots=True)
 class PageLimits:
-    """Limits of the page's everyday tools (issue 15; docs/store.md "Custom instructions",
+    """Limits of the page's everyday tools (docs/store.md "Custom instructions",
     "Feedback", "Search"). Sizes in characters."""
 
     custom_instructions_max_chars: int

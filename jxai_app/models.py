@@ -492,7 +492,7 @@ class UsageLedger(models.Model):
 
 class TokenReservation(models.Model):
     """Tokens held against a user's daily quota for a model request whose usage is not known
-    yet (docs/security.md "Quota reservations"; issue 14 item 4).
+    yet (docs/security.md "Quota reservations").
 
     Made at admission in the send's transaction (or the ``/ai/chat`` request's), and again
     before each further round of a turn, by :mod:`jxai_app.policy.reservations`; the quota

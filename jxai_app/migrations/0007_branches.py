@@ -1,4 +1,4 @@
-"""Branches (issue 15, docs/store.md "Branches"): every message gets a parent, every
+"""Branches (docs/store.md "Branches"): every message gets a parent, every
 conversation an active leaf; today's linear conversations become single-branch trees.
 
 The data step links each message to the one before it in position order and makes the last

@@ -228,7 +228,7 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
 
     Args:
         user: the requesting user.
-        prompt_tokens: the request's prompt estimate (:func:`jxai_app.store.estimate_tokens`).
+        prompt_tokens: the request's prompt estimate (:func:`jxai_app.core.tokens.estimate_tokens`).
         turn_id: the websocket turn the reservation belongs to (``None`` for ``/ai/chat``).
 
     Returns:

@@ -6,8 +6,9 @@ number of parallel sends through while it is still under the quota. Instead each
 **reserves** its worst case before it is sent, and the quota counts ledger tokens plus the
 user's reservations of the UTC day:
 
-- **Size**: the request's prompt estimate (characters / 4 of its messages and system prompt)
-  plus ``JXAI_RESERVE_OUTPUT_TOKENS`` for the answer (:func:`size`).
+- **Size**: the request's prompt estimate (characters / 4, rounded up, of its messages and
+  system prompt: :func:`jxai_app.core.tokens.estimate_tokens`) plus
+  ``JXAI_RESERVE_OUTPUT_TOKENS`` for the answer (:func:`size`).
 - **Admission**: inside the send's transaction (the ``/ai/chat`` request's own), with the
   user's row locked (:func:`jxai_app.policy.ratelimit.check_turn_allowed`), the request is
   admitted only when ``used + reserved + size <= tokens_per_day``; then its

@@ -6,7 +6,7 @@ Servers come from ``conf.get_mcp_servers()`` (the JSON file or variable) and fro
 process keeps one :class:`~jxai_app.core.mcp.McpTools` on its event loop, made on first use:
 
 - every turn reads the configuration in the database thread that saves its message (one
-  query, ``turns.control.start_turn``) and :func:`apply` starts, closes or restarts the
+  query, ``turns.start``) and :func:`apply` starts, closes or restarts the
   servers whose configuration changed, so an edit in admin reaches every worker at its next
   turn. Nothing else starts a server: management commands, migrations and tests that run no
   turn never spawn one.

@@ -1,5 +1,4 @@
-"""``JXAI_MAX_ANSWER_CHARS``: how much text one turn may stream (docs/turns.md "Settings",
-issue 14 item 11, issue 19).
+"""``JXAI_MAX_ANSWER_CHARS``: how much text one turn may stream (docs/turns.md "Settings").
 
 :class:`AnswerCap` wraps the turn's streaming client (the runner builds one per turn and
 the agent loop asks it once per round). It counts the characters of ``delta`` and

@@ -29,6 +29,7 @@ nothing and may be called again with the same arguments.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -38,12 +39,22 @@ from django.utils import timezone
 from jxai_app.models import (
     ApprovalState, Conversation, ConversationStatus, Message, MessageRole, MessageStatus, ToolCall,
 )
-from jxai_app.store.branches import leaf_after_drop
+from jxai_app.store.branches import ONLY_CHILD, Siblings, leaf_after_drop
 from jxai_app.store.common import storable
 from jxai_app.store.turn import TurnStart, tool_result_insert
 from jxai_app.store.usage import context_tokens, context_warning
 
-__all__ = ["TurnRecorder"]
+__all__ = ["Saved", "TurnRecorder"]
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """A message as the recorder just wrote it, with what its ``message_saved`` frame shows
+    (:func:`jxai_app.store.serializers.message_dict` with ``written``): no read-back."""
+
+    message: Message
+    siblings: Siblings
+    calls: list[ToolCall]
 
 
 class TurnRecorder:
@@ -78,6 +89,11 @@ class TurnRecorder:
         self.stopped_question: int | None = None
         """Set by :meth:`cancel` when the Stop left the question with no answer (it is marked ``stopped``)."""
         self._token_count: int | None = None
+        self._open: Message | None = turn.placeholder
+        """The open round's placeholder as inserted (its row, to complete in memory as written)."""
+        self._open_siblings: Siblings = turn.placeholder_siblings
+        self.saved: Saved | None = None
+        """The message the last write saved, as written (``None`` until one was)."""
 
     # ------------------------------------------------------------------ guards
     def _owns_turn(self) -> bool:
@@ -133,13 +149,18 @@ class TurnRecorder:
                 content=text, reasoning_content=reasoning, usage=dict(usage) if usage else None,
                 stop_reason=stop_reason, status=MessageStatus.COMPLETE, updated_at=now)
             if written:
-                ToolCall.objects.bulk_create([
+                rows = ToolCall.objects.bulk_create([
                     ToolCall(message_id=self.message_id, position=i, call_id=storable(c["id"]),
                              name=storable(c["function"]["name"]), arguments=storable(c["function"]["arguments"]),
                              started_at=started.get(c["id"], now))
                     for i, c in enumerate(calls)])
         if not written:
             return self._lose()
+        if self._open is not None:
+            done = self._open
+            done.content, done.reasoning_content, done.usage = text, reasoning, dict(usage) if usage else None
+            done.stop_reason, done.status, done.updated_at = stop_reason, MessageStatus.COMPLETE, now
+            self.saved = Saved(done, self._open_siblings, rows)
         self.round_open = False
         if usage:
             self._token_count = context_tokens(usage, reasoning_replayed=reasoning is not None and bool(text or calls))
@@ -157,6 +178,7 @@ class TurnRecorder:
         if placeholder is None:
             return False
         self.message_id, self.round_open, self._before_round = placeholder.pk, True, before
+        self._open, self._open_siblings = placeholder, ONLY_CHILD
         return True
 
     def add_assistant_message(self, content: str) -> bool:
@@ -168,6 +190,7 @@ class TurnRecorder:
         if message is None:
             return False
         self.message_id = message.pk
+        self.saved = Saved(message, ONLY_CHILD, [])
         return True
 
     def _insert_assistant(self, **fields: Any) -> Message | None:
@@ -214,6 +237,7 @@ class TurnRecorder:
                 success=success, now=timezone.now(), turn_position=self._turn_position, parent_id=self._tip,
                 position=self._tip_position + 1)
             self._lead_to(reply)
+        self.saved = Saved(reply, ONLY_CHILD, [])
         return self._extended(reply)
 
     # ------------------------------------------------------------------ the turn's end

@@ -23,7 +23,7 @@ from the database when no runner answered (see :mod:`jxai_app.turns.session`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from jxai_app import conf
 from jxai_app.core.errors import JxaiError
@@ -88,19 +88,23 @@ def approval_dict(call: ToolCall) -> dict[str, Any] | None:
             "decidedAt": _iso(call.decided_at), "reason": call.decision_reason}
 
 
-def message_dict(message: Message, siblings: Siblings | None = None) -> dict[str, Any]:
+def message_dict(message: Message, siblings: Siblings | None = None, *,
+                 written: Sequence[ToolCall] | None = None) -> dict[str, Any]:
     """A saved message in protocol shape. Prefetch ``tool_calls`` (ordered by position)
     when serialising many, and select ``feedback`` (``jxai_app.store.message_list`` does).
     ``feedback`` is the owner's on an assistant message (docs/store.md "Feedback"), else ``None``.
     ``siblings``: where it sits among its parent's children (docs/websocket.md "Branches";
-    default: no branch)."""
+    default: no branch). ``written``: the message was just written and these are its calls as
+    the writer holds them (the row as written, no query: a new message has no feedback)."""
     calls = []
     if message.role == MessageRole.ASSISTANT:
+        held = written if written is not None else message.tool_calls.all()
         calls = [
             {"id": c.call_id, "name": c.name, "arguments": c.arguments, "result": c.result, "success": c.success,
              "approval": approval_dict(c)}
-            for c in sorted(message.tool_calls.all(), key=lambda c: c.position)
+            for c in sorted(held, key=lambda c: c.position)
         ]
+    rated = message.role == MessageRole.ASSISTANT and written is None
     return {
         "id": message.pk,
         "role": message.role,
@@ -112,7 +116,7 @@ def message_dict(message: Message, siblings: Siblings | None = None) -> dict[str
         "stopReason": message.stop_reason,
         "status": message.status,
         "createdAt": _iso(message.created_at),
-        "feedback": feedback_dict(feedback_of(message)) if message.role == MessageRole.ASSISTANT else None,
+        "feedback": feedback_dict(feedback_of(message)) if rated else None,
         "parentId": message.parent_id,
         "branch": (siblings or ONLY_CHILD).as_dict(),
         "stopped": message.stopped,

@@ -31,7 +31,7 @@ from jxai_app.models import (
     ToolCall,
 )
 from jxai_app.store.conversation import conversation_create
-from jxai_app.store.branches import Siblings, Tree, path_messages
+from jxai_app.store.branches import ONLY_CHILD, Siblings, Tree, path_messages
 from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
 from jxai_app.store.recovery import Recovered, lease_lapsed, turn_abandon
 from jxai_app.store.usage import estimate_tokens
@@ -61,6 +61,11 @@ class TurnStart:
     resumed turn: with the paused round and the results it has)."""
     created: bool
     """True when the send created the conversation."""
+    placeholder: Message | None = None
+    """The assistant placeholder as inserted (``None`` for a resumed turn): the turn's first
+    round completes it, and its ``message_saved`` is built from it (no read-back)."""
+    placeholder_siblings: Siblings = ONLY_CHILD
+    """The placeholder among its siblings (a regenerate's is the newest of its question's answers)."""
     prompt_tokens: int = 0
     """The estimated tokens of ``history`` (:func:`jxai_app.core.tokens.estimate_tokens`): the
     first request's size beside its system prompt, for the turn's budget."""
@@ -131,6 +136,11 @@ def _claim(conversation: Conversation, claimable: Q, placeholder: Message, text:
         setattr(conversation, name, value)
 
 
+def _newest(earlier: list[int]) -> Siblings:
+    """The place of a message just added after its parent's ``earlier`` children (the newest)."""
+    return Siblings(len(earlier), len(earlier) + 1, earlier[-1] if earlier else None, None)
+
+
 def _insert(message: Message) -> Message:
     """One INSERT (the send's writes go through ``bulk_create``, one row each)."""
     return Message.objects.bulk_create([message])[0]
@@ -197,12 +207,12 @@ def message_send(
                                        role=MessageRole.USER, content=text))
         placeholder = _placeholder(conversation, user_message, position + 1, model)
         _claim(conversation, claimable, placeholder, text, model, turn_id)
-    siblings = tree.children.get(parent_id, [])
     history = messages_to_wire([*earlier, user_message])
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
-                     user_siblings=Siblings(len(siblings), len(siblings) + 1, siblings[-1] if siblings else None, None),
+                     user_siblings=_newest(tree.children.get(parent_id, [])),
                      assistant_message_id=placeholder.pk, assistant_position=placeholder.position,
-                     history=history, created=created, prompt_tokens=estimate_tokens(history), abandoned=abandoned)
+                     history=history, created=created, placeholder=placeholder,
+                     prompt_tokens=estimate_tokens(history), abandoned=abandoned)
 
 
 def answer_regenerate(
@@ -239,6 +249,7 @@ def answer_regenerate(
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=question,
                      user_siblings=tree.siblings(question_id), assistant_message_id=placeholder.pk,
                      assistant_position=placeholder.position, history=history, created=False,
+                     placeholder=placeholder, placeholder_siblings=_newest(tree.children.get(question_id, [])),
                      prompt_tokens=estimate_tokens(history), abandoned=abandoned)
 
 

@@ -1,7 +1,7 @@
 """Frames read from the database: what a tab is sent about saved state (docs/websocket.md).
 
-Each function is sync (it reads the database: call it in a database thread, inside the
-transaction that wrote the state when there is one) and checks no ownership: the caller did.
+Each function but :func:`saved_frame` is sync and reads the database (call it in a database
+thread, in the hop that wrote the state); none checks ownership: the caller did.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import uuid
 from typing import Any
 
 from jxai_app import store
+from jxai_app.store.recorder import Saved
 from jxai_app.store.serializers import conversation_dict, message_dict, message_dicts
 
-__all__ = ["conversation_frame", "message_frame", "snapshot_of"]
+__all__ = ["conversation_frame", "message_frame", "saved_frame", "snapshot_of"]
 
 
 def snapshot_of(conversation_id: Any) -> dict[str, Any] | None:
@@ -34,6 +35,15 @@ def message_frame(conversation_id: uuid.UUID, message_id: int | None) -> dict[st
         return None
     return {"type": "message_saved", "conversationId": str(conversation_id),
             "message": message_dict(message, store.siblings_of(message))}
+
+
+def saved_frame(conversation_id: uuid.UUID, saved: Saved | None) -> dict[str, Any] | None:
+    """The ``message_saved`` frame of a message the turn's recorder just wrote, from the row
+    as written (no query; ``None``: nothing was written)."""
+    if saved is None:
+        return None
+    return {"type": "message_saved", "conversationId": str(conversation_id),
+            "message": message_dict(saved.message, saved.siblings, written=saved.calls)}
 
 
 def conversation_frame(conversation_id: uuid.UUID) -> dict[str, Any] | None:

@@ -65,7 +65,7 @@ from jxai_app.ops import metrics
 from jxai_app.store import TurnRecorder, round_usage
 from jxai_app.store.serializers import conversation_dict, message_dict
 from jxai_app.turns.clients import turn_client
-from jxai_app.turns.frames import conversation_frame, message_frame
+from jxai_app.turns.frames import conversation_frame, message_frame, saved_frame
 from jxai_app.turns.hub import TurnHub, TurnState
 from jxai_app.turns.observe import TurnObserver
 from jxai_app.turns.plan import TurnPlan
@@ -214,11 +214,11 @@ class TurnRunner:
         with transaction.atomic():
             saved = self._recorder.finish_round(usage=usage, estimated=estimated, **round_end)
             self._budget.settle(usage, estimated=estimated)  # spent even when the message is no longer ours
-        return saved, message_frame(self.conversation_id, self._recorder.message_id) if saved else None
+        return saved, saved_frame(self.conversation_id, self._recorder.saved) if saved else None
 
     def _tool_result(self, **result: Any) -> Any:
         reply = self._recorder.attach_tool_result(**result)
-        return None if reply is None else message_frame(self.conversation_id, reply.pk)
+        return None if reply is None else saved_frame(self.conversation_id, self._recorder.saved)
 
     def _begin_round(self) -> bool:
         return self._recorder.begin_round()
@@ -392,7 +392,7 @@ class TurnRunner:
             elif outcome == "cap_partial":
                 if await self._save(recorder.add_assistant_message, event.message or ""):
                     self._message_id = recorder.message_id
-                    self._publish_saved(await self._save(message_frame, self.conversation_id, self._message_id))
+                    self._publish_saved(saved_frame(self.conversation_id, recorder.saved))
                     _, final = await self._save(self._close, recorder.end_turn)
             elif outcome == "cap_failed":
                 _, final = await self._save(self._close, recorder.fail, event.message or "", None)

@@ -16,7 +16,9 @@ from jxai_app.turns.hub import TurnHub
 from jxai_app.turns.replay import ReplayLog
 from jxai_app.turns.delivery import BROADCAST_GROUP, FRAMES, LayerDelivery
 from tests.app.conftest import start_streaming, watch_one_turn
-from tests.app.turns_support import MODEL, Recorder, Tab, assert_in_order, fake, hub, send_turn, text_script  # noqa: F401
+from tests.app.turns_support import (  # noqa: F401
+    MODEL, Recorder, Tab, assert_in_order, fake, hub, send_turn, text_script, tool_script,
+)
 from tests.support.fake_provider import FakeProvider
 from tests.app.store_support import TurnFeed
 
@@ -276,3 +278,25 @@ async def test_a_dead_runner_falls_back_to_the_database(user: Any, fake: FakePro
     await b.send(type="send", conversationId=cid, text="Again.")
     await b.until_event("turn_end", outcome="complete")
     await b.close()
+
+
+async def test_the_frames_of_what_a_turn_wrote_are_what_the_database_holds(user: Any, fake: FakeProvider,
+                                                                           hub: TurnHub) -> None:
+    """``message_saved`` is built from the rows as the recorder wrote them (no read-back): a
+    round with a tool call, the tool's reply and the answer read the same in a snapshot."""
+    fake.add(tool_script("call_1", "calculate", {"expression": "6*7"}), text_script(["It is ", "42."]))
+    tab = await Tab(user).open()
+    await tab.send(type="send", conversationId=None, text="What is 6*7?")
+    await tab.until_event("turn_end", outcome="complete")
+    cid = tab.of_type("conversation")[0]["conversation"]["id"]
+    live = {f["message"]["id"]: f["message"] for f in tab.of_type("message_saved")}
+    await tab.send(type="subscribe", conversationId=cid)
+    snapshot = await tab.until(lambda f: f["type"] == "snapshot")
+    saved = {m["id"]: m for m in snapshot["messages"]}
+    assert [m["role"] for m in snapshot["messages"]] == ["user", "assistant", "tool", "assistant"]
+    for pk, message in live.items():
+        if message["role"] == "assistant" and message["toolCalls"]:  # the card's result came with the tool's reply
+            message = {**message, "toolCalls": saved[pk]["toolCalls"]}
+            assert [c["id"] for c in saved[pk]["toolCalls"]] == ["call_1"]
+        assert message == saved[pk]
+    await tab.close()

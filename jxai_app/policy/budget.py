@@ -110,7 +110,7 @@ class TurnBudget:
             ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model, failed=failed,
                                    reservation=self.reservation)
             return
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             if usage or failed:
                 ratelimit.record_usage(self.user, usage, estimated=estimated, model=self.model, failed=failed)
             reservations.release_round(self.turn_id)

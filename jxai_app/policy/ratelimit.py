@@ -187,7 +187,7 @@ def record_usage(user: Any, usage: Mapping[str, Any] | None, *, estimated: bool,
     if reservation is None:
         ledger.ledger_add(user.pk, today(now()), counts, model=model or "", cost=cost, failed=failed)
         return counts.total
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         day = today(now())
         ledger.ledger_add(user.pk, day, counts, model=model or "", cost=cost, failed=failed)
         reservations.settle(reservation, user.pk, day)

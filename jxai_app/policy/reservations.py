@@ -112,7 +112,7 @@ def forfeit_turn(turn_id: uuid.UUID | None, today: date, *, model: str = "") -> 
     deleted."""
     if turn_id is None:
         return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         for row in TokenReservation.objects.filter(turn_id=turn_id, tokens__gt=0):
             counts = ledger.UsageCounts(input_tokens=int(row.prompt_tokens), estimated=True)
             ledger.ledger_add(row.user_id, today, counts, model=model, cost=request_cost(model, counts))

@@ -96,7 +96,7 @@ def ledger_add(user_id: Any, day: date, counts: UsageCounts, *, model: str = "",
         "failed_requests": F("failed_requests") + fails,
     }
     rows = UsageLedger.objects.filter(user_id=user_id, day=day, model=model)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if rows.update(**increments):
             return
         try:

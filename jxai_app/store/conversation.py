@@ -22,7 +22,7 @@ from jxai_app.store.common import get_owned, invalid, not_found, owned, owned_on
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def conversation_create(
     *, user: Any, model: str, title: str = "", system_prompt: str | None = None
 ) -> Conversation:

@@ -144,7 +144,7 @@ class TurnRecorder:
         calls = message.get("tool_calls") or []
         started = call_started or {}
         now = timezone.now()
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             written = Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).update(
                 content=text, reasoning_content=reasoning, usage=dict(usage) if usage else None,
                 stop_reason=stop_reason, status=MessageStatus.COMPLETE, updated_at=now)
@@ -278,7 +278,7 @@ class TurnRecorder:
             changes["token_count"] = self._token_count
             changes["context_warning"] = context_warning(self._token_count, self.context_window)
         marked = None
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             if self.round_open and self.message_id is not None:
                 Message.objects.filter(pk=self.message_id, status=MessageStatus.STREAMING).delete()
                 changes["active_leaf_id"], marked = leaf_after_drop(self.conversation_id, self._before_round,

@@ -86,7 +86,7 @@ def turn_abandon(*, conversation_id: uuid.UUID, turn_id: uuid.UUID | None, inter
     Returns:
         The ended turn, or ``None`` when it had ended already or is alive.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         return _abandon(conversation_id, turn_id, interrupted, lease, now)
 
 

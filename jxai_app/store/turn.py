@@ -189,7 +189,7 @@ def message_send(
         raise invalid("The message is empty.")
     if replaces is not None and conversation_id is None:
         raise message_not_found()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         conversation, created, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree(()) if created else Tree.of(conversation.pk)
         if replaces is None:
@@ -232,7 +232,7 @@ def answer_regenerate(
             ``invalid-request`` (not an assistant message), ``conflict`` while a live turn
             runs.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         conversation, _, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease)
         tree = Tree.of(conversation.pk)
         if message_id not in tree.parent:

@@ -98,6 +98,7 @@ def test_a_regenerate_is_a_sibling_answer_with_the_chosen_model(user: Any, chat:
     assert [c for _, c in _path(user, cid)][-2:] == ["Q2", "A2"]
 
 
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 def test_only_a_user_message_is_edited_and_only_an_answer_regenerated(user: Any, other_user: Any,
                                                                      chat: Any) -> None:
     cid, first, _ = chat
@@ -120,6 +121,7 @@ def test_only_a_user_message_is_edited_and_only_an_answer_regenerated(user: Any,
     assert Message.objects.filter(conversation_id=cid).count() == 5, "a refusal saves nothing"
 
 
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 def test_one_turn_per_conversation_across_branches(user: Any, chat: Any) -> None:
     cid, first, second = chat
     running = store.message_send(user=user, conversation_id=cid, text="old branch", replaces=first.user_message.pk)

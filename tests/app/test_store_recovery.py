@@ -117,7 +117,7 @@ def test_a_turn_that_renews_its_lease_is_never_taken(user: Any, clock: FakeClock
     assert _rows(conversation)[-1] == ("assistant", "", "complete"), "the completed round stays"
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 def test_a_send_takes_over_a_dead_turn_and_refuses_a_live_one(user: Any, clock: FakeClock) -> None:
     conversation = _completed_exchange(user, clock)
     store.message_send(user=user, conversation_id=conversation.pk, text="lost question")

@@ -46,6 +46,7 @@ def _services(user: Any, cid: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 @pytest.mark.parametrize("service", list(_services(None, None)))
 def test_foreign_conversation_answers_like_a_missing_one(service: str, user: Any, other_user: Any,
                                                          clock: FakeClock) -> None:
@@ -114,6 +115,7 @@ def test_rename_validates_and_trims(user: Any) -> None:
     assert renamed.title == "Trip"
 
 
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 def test_send_while_a_turn_runs_is_a_conflict(user: Any, clock: FakeClock) -> None:
     conversation, recorder = _start(user, clock, "first")
     with pytest.raises(ProblemError) as excinfo:
@@ -267,6 +269,7 @@ def test_api_token_stores_only_a_hash(user: Any) -> None:
     assert stored.is_active
 
 
+@pytest.mark.django_db(transaction=True)  # each call its own transaction, as in a worker: a refusal spoils no outer one
 def test_a_failed_round_write_still_lets_fail_drop_the_placeholder(user: Any, clock: FakeClock) -> None:
     from django.db import OperationalError, connection
 

@@ -14,6 +14,11 @@ end of each request, in the thread that handles the request. Work handed to an e
 thread is outside that cycle, so :func:`db_call` does the same around every call: a
 connection opened there is closed (returned to the pool) when the call ends, unless
 ``CONN_MAX_AGE`` keeps it, and a broken one is replaced before the next call.
+
+On PostgreSQL the connection is checked out of the process's psycopg pool (at most
+``JXAI_DB_POOL_MAX``, default ``JXAI_DB_THREADS`` + 2); when every one is busy a call waits
+up to ``JXAI_DB_POOL_TIMEOUT`` seconds and then raises ``OperationalError`` (one of
+:data:`DATABASE_ERRORS`), which :func:`db_request` answers as :func:`database_unavailable`.
 """
 
 from __future__ import annotations
@@ -26,15 +31,30 @@ from asgiref.sync import SyncToAsync
 from django.db import InterfaceError, OperationalError, connections
 
 from jxai_app import conf
+from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
 
-__all__ = ["DATABASE_ERRORS", "close_stale_connections", "db_call", "db_request"]
+__all__ = ["DATABASE_ERRORS", "RETRY_AFTER_SECONDS", "close_stale_connections", "database_unavailable", "db_call",
+           "db_request", "lease_call"]
 
 T = TypeVar("T")
 
 DATABASE_ERRORS = (OperationalError, InterfaceError)
 """What a call raises when the database cannot be reached (a lost connection, a refused
 connect, the pool's wait timed out)."""
+
+RETRY_AFTER_SECONDS = 2
+"""The ``retry_after`` (and ``Retry-After`` header) of a request refused because the database
+did not answer: a pool that was full has usually drained by then (docs/operations.md
+"Database connections")."""
+
+
+def database_unavailable() -> ProblemError:
+    """The refusal of a request whose database call failed with one of :data:`DATABASE_ERRORS`:
+    ``service-unavailable`` (503) with ``retry_after`` (:func:`db_request`, and
+    :mod:`jxai_app.web.dbconnections` for the database calls of Django's own parts)."""
+    return problem_error("service-unavailable", "The database is not answering; nothing was saved. "
+                                                "Try again in a moment.", retry_after=RETRY_AFTER_SECONDS)
 
 
 def close_stale_connections() -> None:
@@ -74,6 +94,24 @@ async def db_call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await call(*args, **kwargs)  # type: ignore[no-any-return]
 
 
+@functools.cache
+def _lease_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="jxai-db-lease")
+
+
+async def lease_call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`db_call` on the worker's lease thread: the renewal of the worker's turn leases
+    only (:class:`jxai_app.turns.hub.TurnHub`). It never queues behind the turns' and the
+    requests' database work, however many sends arrive at once, so a busy worker's live turns
+    are never taken for dead by another worker (docs/turns.md "Leases").
+
+    Raises:
+        Whatever ``func`` raises (:data:`DATABASE_ERRORS` when the database is unreachable).
+    """
+    call = _DatabaseThreadCall(func, thread_sensitive=False, executor=_lease_thread())
+    return await call(*args, **kwargs)  # type: ignore[no-any-return]
+
+
 async def db_request(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """:func:`db_call` for a client's request: an unreachable database is a problem.
 
@@ -85,5 +123,4 @@ async def db_request(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return await db_call(func, *args, **kwargs)
     except DATABASE_ERRORS as exc:
-        raise problem_error("service-unavailable", "The database is not answering; nothing was saved. "
-                                                   "Try again in a moment.", retry_after=2) from exc
+        raise database_unavailable() from exc

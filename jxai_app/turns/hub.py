@@ -6,8 +6,9 @@ makes it). It holds
 
 - the **runners** of the turns running in this process, with strong references to their
   tasks, and the renewal of their leases: every third of ``JXAI_TURN_LEASE_SECONDS``, all of
-  them in one statement (:func:`jxai_app.store.leases_renew`), on a task of its own that
-  never waits behind other database work of the worker; a runner whose turn is gone stops;
+  them in one statement (:func:`jxai_app.store.leases_renew`) on the worker's lease thread
+  (:func:`jxai_app.db.lease_call`), which never waits behind the worker's other database
+  work; a runner whose turn is gone stops;
 - the **delivery** (:mod:`jxai_app.turns.delivery`), chosen once: in-process only when no
   channel layer other processes share is configured, through the layer otherwise;
 - its **background jobs**, given by its maker: the lease watch (:mod:`jxai_app.turns.recovery`),
@@ -30,7 +31,7 @@ from typing import Any, Awaitable, Callable, Protocol, Sequence
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
 from jxai_app import conf, store
-from jxai_app.db import DATABASE_ERRORS, db_call
+from jxai_app.db import DATABASE_ERRORS, lease_call
 from jxai_app.ops import metrics
 from jxai_app.ops.memory import IDLE_TRIM_SECONDS, TRIM_INTERVAL_SECONDS, collect_garbage, release_free_memory, \
     trim_available
@@ -155,7 +156,7 @@ class TurnHub:
             if not runners:
                 continue
             try:
-                live = await db_call(store.leases_renew, list(runners))
+                live = await lease_call(store.leases_renew, list(runners))
             except DATABASE_ERRORS as exc:
                 logger.warning("leases: the database did not take this worker's renewal (%s)", exc)
                 continue

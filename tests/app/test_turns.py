@@ -300,3 +300,32 @@ async def test_the_frames_of_what_a_turn_wrote_are_what_the_database_holds(user:
             assert [c["id"] for c in saved[pk]["toolCalls"]] == ["call_1"]
         assert message == saved[pk]
     await tab.close()
+
+
+async def test_a_burst_of_sends_with_a_short_lease_keeps_every_turn(user: Any, fake: FakeProvider, hub: TurnHub,
+                                                                    settings: Any) -> None:
+    """A worker busy admitting a burst still renews its leases in time (its lease thread never
+    queues behind the sends): another worker's watch, judging every turn with a 1.5 s lease,
+    takes none of them for dead, and every answer is saved once."""
+    from jxai_app.turns.recovery import LeaseWatch
+
+    settings.JXAI_TURN_LEASE_SECONDS = 1.5
+    settings.JXAI_TURNS_PER_MINUTE = settings.JXAI_TOKENS_PER_DAY = 0
+    sends = 120
+    for _ in range(sends):  # each answer outlives the lease: only renewals keep its turn
+        fake.add(text_script([f"w{i} " for i in range(10)], delay=0.25))
+    watcher = TurnHub(worker_id="watcher", jobs=(LeaseWatch(interval=0.2),))
+    await watcher.ensure_started()
+    try:
+        await asyncio.sleep(1.6)  # the watch judges leases once the database answered for a lease period
+        started = await asyncio.gather(*(send_turn(hub, user=user, conversation_id=None, text=f"q{i}")
+                                         for i in range(sends)))
+        assert await hub.wait_idle(60)
+    finally:
+        await watcher.shutdown(timeout=5)
+    ids = [plan.conversation_id for plan, _ in started]
+    rows = await sync_to_async(lambda: list(Conversation.objects.filter(pk__in=ids).values_list("status", "last_error")))()
+    assert rows == [(ConversationStatus.IDLE, "")] * sends
+    answers = await sync_to_async(lambda: list(Message.objects.filter(conversation_id__in=ids, role="assistant")
+                                               .values_list("content", flat=True)))()
+    assert sorted(answers) == ["".join(f"w{i} " for i in range(10))] * sends

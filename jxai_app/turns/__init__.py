@@ -5,8 +5,7 @@ Modules, bottom up (each imports only those above it; docs/architecture.md "Floo
     delivery.py  frames to sockets: in-process, or through the channel layer to every worker
     framing.py   how large an outgoing message may be: events batches by size, chunk frames
     replay.py    ReplayLog: a running turn's events, compact, replayed exactly
-    answercap.py JXAI_MAX_ANSWER_CHARS: the turn's client stops the answer at the cap
-    roundquota.py  each round the admission did not reserve reserves its tokens first
+    limits.py    TurnLimits: each round's tokens reserved, the answer cut at JXAI_MAX_ANSWER_CHARS
     clients.py   turn_client(): the streaming client of one turn, every layer built in one place
     observe.py   what one turn tells operators: metrics, spans, log context
     frames.py    frames read from the database: snapshot, message_saved, conversation

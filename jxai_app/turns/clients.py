@@ -7,9 +7,12 @@ From the provider outwards::
     RetryingClient   a 429/5xx before any output is retried with backoff (JXAI_UPSTREAM_RETRIES)
     MaskingClient    the configured credentials masked in the streamed text (docs/security.md
                      "Secret leakage in streamed text")
-    RoundQuota       each round the admission did not reserve reserves its tokens first
-                     (docs/security.md "Quota reservations")
-    AnswerCap        JXAI_MAX_ANSWER_CHARS over the turn's rounds
+    TurnLimits       each round the admission did not reserve reserves its tokens first
+                     (docs/security.md "Quota reservations"), and JXAI_MAX_ANSWER_CHARS over
+                     the turn's rounds
+
+Each layer is a :class:`~jxai_app.core.streaming.wrapper.WrapperClient`; every delta passes
+through three of them between the provider's client and the agent loop.
 
 ``POST /ai/chat`` builds its own stack from the first two layers of the same classes
 (:func:`jxai_app.core.gateway.select_client`): it makes one request, reserved at admission.
@@ -26,8 +29,7 @@ from jxai_app.core.streaming.masking import MaskingClient
 from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
 from jxai_app.ops import metrics
 from jxai_app.policy.budget import TurnBudget
-from jxai_app.turns.answercap import AnswerCap
-from jxai_app.turns.roundquota import RoundQuota
+from jxai_app.turns.limits import TurnLimits
 
 __all__ = ["turn_client"]
 
@@ -44,7 +46,7 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
     return on_retry
 
 
-def turn_client(alias: str, budget: TurnBudget) -> AnswerCap:
+def turn_client(alias: str, budget: TurnBudget) -> TurnLimits:
     """The streaming client of one turn on model ``alias`` whose requests ``budget`` pays for
     (the stack in the module docstring).
 
@@ -55,4 +57,4 @@ def turn_client(alias: str, budget: TurnBudget) -> AnswerCap:
     limits = conf.get_limits()
     model = RetryingClient(conf.build_client(alias), RetryPolicy(retries=limits.upstream_retries),
                            on_retry=_log_retry(alias))
-    return AnswerCap(RoundQuota(MaskingClient(model, conf.stream_secrets()), budget), limits.max_answer_chars)
+    return TurnLimits(MaskingClient(model, conf.stream_secrets()), budget, limits.max_answer_chars)

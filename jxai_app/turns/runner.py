@@ -120,7 +120,7 @@ class _RoundTally:
 
     def sent(self) -> bool:
         """Whether the round's request went to the provider: not when jxai refused it itself
-        (``quota-exceeded`` from :class:`~jxai_app.turns.roundquota.RoundQuota`), which is no
+        (``quota-exceeded`` from :class:`~jxai_app.turns.limits.TurnLimits`), which is no
         provider request for the ledger's counts."""
         return not (isinstance(self.terminal, ErrorEvent) and self.terminal.code == "quota-exceeded")
 

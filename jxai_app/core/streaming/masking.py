@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, AsyncGenerator, Final, cast
+from typing import Any, Final
 
 from jxai_app.core.logsafety import REDACTED
 from jxai_app.core.streaming.base import ChatClient, Signal
 from jxai_app.core.streaming.events import DeltaEvent, ReasoningEvent, StreamEvent, UsageEvent
+from jxai_app.core.streaming.wrapper import WrapperClient
 
 __all__ = ["MIN_SECRET", "MaskingClient", "SecretMask"]
 
@@ -84,7 +85,7 @@ class SecretMask:
         return REDACTED if len(held) >= MIN_SECRET else held
 
 
-class MaskingClient:
+class MaskingClient(WrapperClient):
     """A streaming client that masks ``secrets`` in ``inner``'s text and reasoning
     (module docstring); every other event passes unchanged and in order.
 
@@ -94,15 +95,14 @@ class MaskingClient:
     """
 
     def __init__(self, inner: ChatClient, secrets: Sequence[str]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.secrets = tuple(secrets)
 
     async def stream_chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
                           system_prompt: str | None, *, signal: Signal | None = None) -> AsyncIterator[StreamEvent]:
         """``inner.stream_chat`` with the secrets masked; the same events otherwise (a
         ``delta`` may come later, split or joined differently, never with a secret)."""
-        stream = cast(AsyncGenerator[StreamEvent, None],
-                      self.inner.stream_chat(messages, tools, system_prompt, signal=signal))
+        stream = self.inner_stream(messages, tools, system_prompt, signal=signal)
         text, reasoning = SecretMask(self.secrets), SecretMask(self.secrets)
         async with aclosing(stream) as events:
             async for event in events:

@@ -20,10 +20,11 @@ import asyncio
 import random
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence, cast
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 from jxai_app.core.streaming.base import ChatClient, Signal
 from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, StreamEvent
+from jxai_app.core.streaming.wrapper import WrapperClient
 
 __all__ = ["RetryPolicy", "RetryingClient", "is_retryable"]
 
@@ -77,7 +78,7 @@ async def _pause(seconds: float, signal: Signal | None) -> bool:
     return signal.is_set()
 
 
-class RetryingClient:
+class RetryingClient(WrapperClient):
     """A streaming client that retries 429/5xx refusals made before any output.
 
     Args:
@@ -91,7 +92,7 @@ class RetryingClient:
     def __init__(self, inner: ChatClient, policy: RetryPolicy | None = None, *,
                  on_retry: Callable[[int, ErrorEvent, float], None] | None = None,
                  rand: Callable[[], float] = random.random) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.policy = policy or RetryPolicy()
         self.on_retry = on_retry
         self._rand = rand
@@ -106,8 +107,7 @@ class RetryingClient:
         """
         retry = 0
         while True:
-            attempt = cast(AsyncGenerator[StreamEvent, None],
-                           self.inner.stream_chat(messages, tools, system_prompt, signal=signal))
+            attempt = self.inner_stream(messages, tools, system_prompt, signal=signal)
             async with aclosing(attempt) as events:
                 first = await anext(events, None)
                 if first is None:

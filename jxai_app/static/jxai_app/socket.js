@@ -1,8 +1,10 @@
-// jxai chat page: the websocket connection and the per-turn event sequencer.
+// jxai chat page: the websocket connection and the per-turn cursor.
 //
 // Protocol: docs/websocket.md. Every event of a turn carries a seq (1, 2, 3 … with no
-// gaps). seq <= lastSeq is ignored; seq > lastSeq + 1 is a gap, so the tab asks for a
-// `resync` and holds later events until the `replay` fills the hole. The connection
+// gaps); the server's session sequences what each socket gets (once, in order, gaps filled),
+// so the page keeps only a cursor: seq <= lastSeq is a copy and ignored, and anything but
+// lastSeq + 1 means the page lost track, so it asks for a `resync` (the `replay` or a fresh
+// `snapshot` brings it back) and applies nothing until then. The connection
 // reconnects with backoff and tells the page (onOpen) so it can re-subscribe; a server that
 // shuts down (close code 4001) is left at once for another one. A frame larger than the
 // server's message size (a long answer's snapshot or message_saved) arrives as consecutive
@@ -99,10 +101,10 @@ export class Connection {
 }
 
 /**
- * Orders one turn's events: dedupe, gap detection, resync.
+ * One turn's cursor (the server sequences; docs/websocket.md "Sequencing").
  * `apply(item)` receives items {seq, messageId, event} exactly once, in seq order;
- * `requestResync(turnId, afterSeq)` is called when a gap is seen (again every 2 s while
- * it lasts).
+ * `requestResync(turnId, afterSeq)` is called when an item is not the next one (again every
+ * 2 s until the next one comes).
  */
 export class TurnSequencer {
   constructor({ apply, requestResync }) {
@@ -116,7 +118,6 @@ export class TurnSequencer {
   reset(turnId, lastSeq) {
     this.turnId = turnId;
     this.lastSeq = lastSeq;
-    this.pending = new Map();
     this.resyncAskedAt = 0;
   }
 
@@ -131,30 +132,22 @@ export class TurnSequencer {
     if (turnId !== this.turnId) this.reset(turnId, 0);
     for (const item of items || []) {
       if (!item || !Number.isInteger(item.seq) || item.seq <= this.lastSeq) continue;
-      this.pending.set(item.seq, item);
-    }
-    this.drain();
-  }
-
-  drain() {
-    while (this.pending.has(this.lastSeq + 1)) {
-      const item = this.pending.get(this.lastSeq + 1);
-      this.pending.delete(this.lastSeq + 1);
-      this.lastSeq += 1;
+      if (item.seq !== this.lastSeq + 1) {
+        this.resync();
+        return;
+      }
+      this.lastSeq = item.seq;
+      this.resyncAskedAt = 0;
       this.apply(item);
       if (this.turnId === null) return; // the turn ended inside apply
     }
-    if (this.pending.size > 0) this.gap();
   }
 
-  gap() {
+  resync() {
     const now = Date.now();
     if (now - this.resyncAskedAt < RESYNC_RETRY_MS) return;
     this.resyncAskedAt = now;
     this.requestResync(this.turnId, this.lastSeq);
-    setTimeout(() => {
-      if (this.pending.size > 0) this.gap();
-    }, RESYNC_RETRY_MS + 50);
   }
 
   /** The turn is over: later frames of it (late layer copies) are ignored. */

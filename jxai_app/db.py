@@ -5,9 +5,10 @@ Every coroutine of jxai that needs the ORM — the turns' writes, the lease watc
 requests, ``/ai/chat``, the token lookup, the health probe, the tools' stores — calls
 :func:`db_call` (or :func:`db_request`, which answers an unreachable database with a
 problem). Both run the function in the worker's database threads: one
-``ThreadPoolExecutor`` of ``JXAI_DB_THREADS`` threads per process, so at most that many
-connections per worker are ever checked out (with PostgreSQL's pool, docs/operations.md
-"Database connections", they come from the pool and go back to it after each call).
+``ThreadPoolExecutor`` of ``JXAI_DB_THREADS`` threads per process (and one lease thread,
+:func:`lease_call`), so async work never has more connections checked out than that (with
+PostgreSQL's pool, docs/operations.md "Database connections", they come from the pool and go
+back to it after each call).
 
 Django closes a thread's unusable or expired (``CONN_MAX_AGE``) connections at the start and
 end of each request, in the thread that handles the request. Work handed to an executor
@@ -16,7 +17,8 @@ connection opened there is closed (returned to the pool) when the call ends, unl
 ``CONN_MAX_AGE`` keeps it, and a broken one is replaced before the next call.
 
 On PostgreSQL the connection is checked out of the process's psycopg pool (at most
-``JXAI_DB_POOL_MAX``, default ``JXAI_DB_THREADS`` + 2); when every one is busy a call waits
+``JXAI_DB_POOL_MAX``, default ``JXAI_DB_THREADS`` + 3: these threads, the lease thread and
+two for Django's request threads); when every one is busy a call waits
 up to ``JXAI_DB_POOL_TIMEOUT`` seconds and then raises ``OperationalError`` (one of
 :data:`DATABASE_ERRORS`), which :func:`db_request` answers as :func:`database_unavailable`.
 """

@@ -83,6 +83,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After the user's lazy loader exists: the connection that read the user goes back at once,
+    # and a view's database failure is a 503 problem (docs/operations.md "Database connections").
+    "jxai_app.web.dbconnections.DatabaseConnectionsMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "jxai_app.web.csp.ContentSecurityPolicyMiddleware",
@@ -109,10 +112,6 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------
 _SQLITE_DEFAULT = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-# Persistent connections save a reconnect per query on PostgreSQL. No health check before each
-# reuse (a `SELECT 1` round trip per database call): a connection a database restart broke fails
-# its next query once, which the turn's writes retry and a request answers `service-unavailable`
-# for, and Django replaces it (docs/turns.md).
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", _SQLITE_DEFAULT), conn_max_age=60, conn_health_checks=False
@@ -129,6 +128,43 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file (not :memory:) so tests see WAL and real locking; one per test process so
     # parallel runs never share it. pytest-django deletes it at the end of the session.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / f".test-db-{os.getpid()}.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # PostgreSQL: every connection of the process comes from one bounded psycopg pool
+    # (docs/operations.md "Database connections"): at most JXAI_DB_POOL_MAX sessions per
+    # worker whatever the load, and a thread that finds them all busy waits at most
+    # JXAI_DB_POOL_TIMEOUT seconds before its call fails (a request then answers
+    # `service-unavailable` with Retry-After, jxai_app.db). The default max is the
+    # database threads (JXAI_DB_THREADS, each holds one connection per call, so they never
+    # wait for the pool), plus one for the lease thread (db.lease_call: a renewal never waits
+    # behind them), plus two for the request threads' short lookups (a session's user, given
+    # back at once by jxai_app.web.dbconnections) and admin's sync views.
+    # No health check before each checkout (a round trip per database call): a connection a
+    # database restart broke fails its next query once, which the turn's writes retry and a
+    # request answers `service-unavailable` for, and the pool drops it on its return.
+    # JXAI_DB_POOL=0 turns the pool off (PgBouncer in transaction mode pools instead):
+    # then each thread keeps its own connection for 60 s (CONN_MAX_AGE), as before the pool.
+    _db_threads = max(1, int(os.environ.get("JXAI_DB_THREADS", "8")))
+    JXAI_DB_POOL = env_bool("JXAI_DB_POOL", True)
+    JXAI_DB_POOL_MIN = int(os.environ.get("JXAI_DB_POOL_MIN", "2"))
+    JXAI_DB_POOL_MAX = int(os.environ.get("JXAI_DB_POOL_MAX", str(_db_threads + 3)))
+    JXAI_DB_POOL_TIMEOUT = float(os.environ.get("JXAI_DB_POOL_TIMEOUT", "5"))
+    if JXAI_DB_POOL_MAX < 1 or not 0 <= JXAI_DB_POOL_MIN <= JXAI_DB_POOL_MAX or JXAI_DB_POOL_TIMEOUT <= 0:
+        raise ImproperlyConfigured("the database pool needs 0 <= JXAI_DB_POOL_MIN <= JXAI_DB_POOL_MAX, "
+                                   "JXAI_DB_POOL_MAX >= 1 and JXAI_DB_POOL_TIMEOUT > 0 (seconds)")
+    DATABASES["default"].setdefault("OPTIONS", {})
+    # Names jxai's sessions in pg_stat_activity (a ?application_name= in DATABASE_URL wins).
+    DATABASES["default"]["OPTIONS"].setdefault("application_name", "jxai")
+    if JXAI_DB_POOL:
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps the connections; Django requires 0
+        DATABASES["default"]["OPTIONS"]["pool"] = {
+            "min_size": JXAI_DB_POOL_MIN,
+            "max_size": JXAI_DB_POOL_MAX,
+            "timeout": JXAI_DB_POOL_TIMEOUT,
+            "name": "jxai",
+        }
+    # PgBouncer in transaction mode cannot keep a server-side cursor (QuerySet.iterator(),
+    # admin's CSV export) across transactions: JXAI_DB_SERVER_SIDE_CURSORS=0 there.
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = not env_bool("JXAI_DB_SERVER_SIDE_CURSORS", True)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -22,9 +22,14 @@ from django.db import connections
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Turn persistent connections off before pytest-django creates the test database."""
+    """Turn persistent connections off before pytest-django creates the test database, and
+    PostgreSQL's connection pool in this process (``project/settings.py`` turns it on): a
+    pooled connection stays open after its call, and the tests check that what they ran left
+    none. The ``daphne`` workers the tests start read the environment and use the pool
+    (tests/app/test_db_pool.py)."""
     for alias in settings.DATABASES.values():
         alias["CONN_MAX_AGE"] = 0
+        alias.get("OPTIONS", {}).pop("pool", None)
 
 
 @pytest.fixture(autouse=True)

@@ -257,7 +257,7 @@ LOGGING = {
 JXAI_CANCEL_ON_DISCONNECT = env_bool("JXAI_CANCEL_ON_DISCONNECT", False)
 JXAI_ALLOW_CLIENT_PROVIDER = env_bool("JXAI_ALLOW_CLIENT_PROVIDER", False)
 # A tool without a ToolPolicy row is offered to every user when on; off makes every tool
-# opt-in through a policy row edited in admin (jxai_app.policy.toolpolicy).
+# opt-in through a policy row edited in admin (jxai_app.tools.policy).
 JXAI_TOOLS_DEFAULT_ALLOWED = env_bool("JXAI_TOOLS_DEFAULT_ALLOWED", True)
 # Staff who are not superusers issue API tokens for themselves only; on, also for users
 # without staff rights (jxai_app.policy.tokens).

@@ -13,6 +13,7 @@ starts the turn's runner: nothing calls back into the caller, and the caller mis
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Callable
 
@@ -33,6 +34,8 @@ from jxai_app.turns.plan import TurnPlan
 from jxai_app.turns.runner import TurnRunner
 
 __all__ = ["TurnPlan", "edit", "launch", "regenerate", "resume", "retry", "send"]
+
+logger = logging.getLogger("jxai_app.turns")
 
 
 def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
@@ -215,6 +218,7 @@ async def resume(hub: TurnHub, *, user: Any, turn: store.TurnStart) -> TurnPlan:
         user: the conversation's owner (the tools act as them).
         turn: what :func:`jxai_app.store.approval_decide` or ``approvals_expire`` claimed.
     """
+    logger.info("resuming conversation %s after approval as turn %s", turn.conversation_id, turn.turn_id)
     return await _prepared(hub, _prepare_resume, user, turn)
 
 

@@ -41,9 +41,9 @@ from jxai_app.core.ssrf import BlockedURLError, CheckedURL, IPAddress, PinnedTra
     is_blocked_address
 from jxai_app.core.streaming.base import ChatClient, ClientTimeouts, Signal
 from jxai_app.core.streaming.events import DoneEvent, ErrorEvent, StreamEvent, UsageEvent, encode_event
-from jxai_app.core.streaming.masking import MaskingClient
+from jxai_app.core.streaming.guarded import guarded
 from jxai_app.core.streaming.openai import OpenAIChatClient
-from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.streaming.retry import RetryPolicy
 from jxai_app.core.streaming.usage import reached_provider
 from jxai_app.core.tokens import tokens_for_chars
 from jxai_app.core.unicode import first_unclean_path, is_clean
@@ -274,7 +274,7 @@ class SelectedUpstream:
     """The client a request streams from, plus what the stream needs to clean up.
 
     Attributes:
-        client: the streaming client (wrapped for retries).
+        client: the streaming client (retried and masked: :func:`~jxai_app.core.streaming.guarded.guarded`).
         model: the alias (configured) or provider model id (caller provider).
         secrets: provider keys that must never appear in a frame (redacted if echoed).
         transport: a transport owned by this request, closed after the stream.
@@ -307,8 +307,9 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
             the provider key the request uses).
 
     Returns:
-        The selected upstream, its client wrapped in :class:`RetryingClient`; its
-        ``secrets`` are the request's provider key and ``secrets``.
+        The selected upstream, its client guarded (retried, and the request's provider key
+        and ``secrets`` masked in its text: :func:`~jxai_app.core.streaming.guarded.guarded`);
+        its ``secrets`` are those credentials, for whole frames too.
 
     Raises:
         ProblemError: 400 ``invalid-request`` for an unknown alias (the detail lists the
@@ -321,7 +322,8 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         transport = PinnedTransport(caller.checked)
         client = OpenAIChatClient(base_url=caller.checked.url, model=chat.model, api_key=caller.api_key,
                                   timeouts=timeouts, transport=transport)
-        return SelectedUpstream(RetryingClient(client, retry), chat.model, (caller.api_key, *secrets), transport)
+        masked = (caller.api_key, *secrets)
+        return SelectedUpstream(guarded(client, retry=retry, secrets=masked), chat.model, masked, transport)
     try:
         model = registry.resolve(chat.model)
     except UnknownModelError:
@@ -333,7 +335,8 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
                                                                                                 timeouts=timeouts)
     key = registry.provider(model.provider).api_key
-    return SelectedUpstream(RetryingClient(configured, retry), model.alias, (*((key,) if key else ()), *secrets))
+    masked = (*((key,) if key else ()), *secrets)
+    return SelectedUpstream(guarded(configured, retry=retry, secrets=masked), model.alias, masked)
 
 
 # -- the stream ---------------------------------------------------------------------------
@@ -408,8 +411,7 @@ async def stream_sse(upstream: SelectedUpstream, chat: ChatRequest, *, signal: S
     last: DoneEvent | ErrorEvent | None = None
     try:
         stream = cast(AsyncGenerator[StreamEvent, None],
-                      MaskingClient(upstream.client, upstream.secrets).stream_chat(
-                          chat.messages, chat.tools, chat.system_prompt, signal=signal))
+                      upstream.client.stream_chat(chat.messages, chat.tools, chat.system_prompt, signal=signal))
         async with aclosing(stream) as events:
             async for event in events:
                 if type(event) is UsageEvent:

@@ -14,8 +14,9 @@ From the provider outwards::
 Each layer is a :class:`~jxai_app.core.streaming.wrapper.WrapperClient`; every delta passes
 through three of them between the provider's client and the agent loop.
 
-``POST /ai/chat`` builds its own stack from the first two layers of the same classes
-(:func:`jxai_app.core.gateway.select_client`): it makes one request, reserved at admission.
+The first three are :func:`jxai_app.core.streaming.guarded.guarded`, which ``POST /ai/chat``
+builds too (:func:`jxai_app.core.gateway.select_client`); it makes one request, reserved at
+admission, so it needs no turn limits.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any, Callable
 
 from jxai_app import conf
 from jxai_app.core.streaming.events import ErrorEvent
-from jxai_app.core.streaming.masking import MaskingClient
-from jxai_app.core.streaming.retry import RetryingClient, RetryPolicy
+from jxai_app.core.streaming.guarded import guarded
+from jxai_app.core.streaming.retry import RetryPolicy
 from jxai_app.ops import metrics
 from jxai_app.policy.budget import TurnBudget
 from jxai_app.turns.limits import TurnLimits
@@ -55,6 +56,6 @@ def turn_client(alias: str, budget: TurnBudget) -> TurnLimits:
         ConfigurationError: the provider's configuration is unusable (e.g. its key is missing).
     """
     limits = conf.get_limits()
-    model = RetryingClient(conf.build_client(alias), RetryPolicy(retries=limits.upstream_retries),
-                           on_retry=_log_retry(alias))
-    return TurnLimits(MaskingClient(model, conf.stream_secrets()), budget, limits.max_answer_chars)
+    model = guarded(conf.build_client(alias), retry=RetryPolicy(retries=limits.upstream_retries),
+                    secrets=conf.stream_secrets(), on_retry=_log_retry(alias))
+    return TurnLimits(model, budget, limits.max_answer_chars)

@@ -47,6 +47,7 @@ bench: $(VENV)/.installed-bench
 	$(PY) bench/e2e.py
 	$(PY) bench/burst.py
 	$(PY) bench/send_cost.py
+	$(PY) bench/api_burst.py
 	$(PY) bench/metrics.py
 
 ## llama.cpp's default build uses every instruction set of the machine it is built on. On x86-64

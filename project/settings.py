@@ -145,8 +145,11 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # then each thread keeps its own connection for 60 s (CONN_MAX_AGE), as before the pool.
     _db_threads = max(1, int(os.environ.get("JXAI_DB_THREADS", "8")))
     JXAI_DB_POOL = env_bool("JXAI_DB_POOL", True)
-    JXAI_DB_POOL_MIN = int(os.environ.get("JXAI_DB_POOL_MIN", "2"))
     JXAI_DB_POOL_MAX = int(os.environ.get("JXAI_DB_POOL_MAX", str(_db_threads + 3)))
+    # A fixed size by default: a pool that grows opens its connections in its own background
+    # threads, which a worker busy with hundreds of streams starves of the GIL, so calls time
+    # out waiting for connections that are never opened (docs/operations.md "Database connections").
+    JXAI_DB_POOL_MIN = int(os.environ.get("JXAI_DB_POOL_MIN", str(JXAI_DB_POOL_MAX)))
     JXAI_DB_POOL_TIMEOUT = float(os.environ.get("JXAI_DB_POOL_TIMEOUT", "5"))
     if JXAI_DB_POOL_MAX < 1 or not 0 <= JXAI_DB_POOL_MIN <= JXAI_DB_POOL_MAX or JXAI_DB_POOL_TIMEOUT <= 0:
         raise ImproperlyConfigured("the database pool needs 0 <= JXAI_DB_POOL_MIN <= JXAI_DB_POOL_MAX, "

@@ -121,29 +121,39 @@ class ToolRule:
 
 
 def load_rules(names: Iterable[str] | None = None) -> dict[str, ToolRule]:
-    """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query for the
-    rows, one for their groups).
+    """The rules of the tools that have a ``ToolPolicy`` row, by tool name (one query: the rows
+    joined to their allowed and approving groups, folded here).
 
     Args:
         names: only these tools; ``None`` for every row.
     """
-    rows = ToolPolicy.objects.prefetch_related("allowed_groups", "approval_groups")
+    rows = ToolPolicy.objects.all()
     if names is not None:
         wanted = list(names)
         if not wanted:
             return {}
         rows = rows.filter(tool_name__in=wanted)
+    found: dict[str, dict[str, Any]] = {}
+    for name, enabled, cap, timeout, approval, allowed, allowed_name, approver, approver_name in rows.values_list(
+            "tool_name", "enabled", "max_calls_per_turn", "timeout_seconds", "requires_approval",
+            "allowed_groups__id", "allowed_groups__name", "approval_groups__id", "approval_groups__name"):
+        row = found.setdefault(name, {"enabled": enabled, "cap": cap, "timeout": timeout, "approval": approval,
+                                      "allowed": {}, "approvers": {}})
+        if allowed is not None:
+            row["allowed"][allowed] = allowed_name
+        if approver is not None:
+            row["approvers"][approver] = approver_name
     rules: dict[str, ToolRule] = {}
-    for row in rows:
-        groups = sorted(row.allowed_groups.all(), key=lambda g: g.name)
-        approvers = sorted(row.approval_groups.all(), key=lambda g: g.name)
-        rules[row.tool_name] = ToolRule(
-            name=row.tool_name, has_policy=True, enabled=row.enabled,
-            group_ids=frozenset(g.pk for g in groups), group_names=tuple(g.name for g in groups),
-            max_calls_per_turn=row.max_calls_per_turn, timeout_seconds=row.timeout_seconds,
-            requires_approval=row.requires_approval == "always",
-            approval_group_ids=frozenset(g.pk for g in approvers),
-            approval_group_names=tuple(g.name for g in approvers),
+    for name, row in found.items():
+        groups = sorted(row["allowed"].items(), key=lambda g: g[1])
+        approvers = sorted(row["approvers"].items(), key=lambda g: g[1])
+        rules[name] = ToolRule(
+            name=name, has_policy=True, enabled=row["enabled"],
+            group_ids=frozenset(pk for pk, _ in groups), group_names=tuple(n for _, n in groups),
+            max_calls_per_turn=row["cap"], timeout_seconds=row["timeout"],
+            requires_approval=row["approval"] == "always",
+            approval_group_ids=frozenset(pk for pk, _ in approvers),
+            approval_group_names=tuple(n for _, n in approvers),
         )
     return rules
 

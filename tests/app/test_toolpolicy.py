@@ -201,3 +201,21 @@ def test_admin_says_who_may_use_each_tool_by_the_same_rule(
     everyone = ({"current_datetime"} if default else set()) | {"save_note"}
     assert offered == {"alice": everyone, "mallory": everyone | {"search_conversations"},
                        "root": everyone | {"search_conversations"}}
+
+
+def test_the_rules_read_every_group_of_a_policy_in_one_query(django_assert_num_queries: Any) -> None:
+    """Allowed and approving groups come joined to their rows: several of each, and a row
+    with none, read in one query, each group once and sorted by name."""
+    names = {n: Group.objects.create(name=n) for n in ("ops", "admins", "reviewers", "leads")}
+    both = ToolPolicy.objects.create(tool_name="both", requires_approval="always", max_calls_per_turn=3)
+    both.allowed_groups.set([names["ops"], names["admins"]])
+    both.approval_groups.set([names["reviewers"], names["leads"]])
+    ToolPolicy.objects.create(tool_name="plain", enabled=False)
+    with django_assert_num_queries(1):
+        rules = toolpolicy.load_rules()
+    assert rules["both"].group_names == ("admins", "ops")
+    assert rules["both"].group_ids == {names["ops"].pk, names["admins"].pk}
+    assert rules["both"].approval_group_names == ("leads", "reviewers")
+    assert rules["both"].requires_approval and rules["both"].max_calls_per_turn == 3
+    assert rules["plain"].group_ids == frozenset() and not rules["plain"].enabled
+    assert set(toolpolicy.load_rules(["plain"])) == {"plain"}

@@ -22,7 +22,6 @@ import asyncio
 import collections
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.burst import PROVIDER_PROGRAM  # noqa: E402  (after the path is set)
-from bench.e2e import bench_models, pct, setup_django, start_provider, start_worker  # noqa: E402
+from bench.e2e import bench_models, pct, setup_django, start_provider, start_worker, stop_all  # noqa: E402
 
 
 def tokens(count: int) -> list[str]:
@@ -140,12 +139,7 @@ def main() -> int:
             args.json.write_text(json.dumps(row, indent=2))
         return 0
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(15)
-        provider.kill()
-        provider.wait(10)
-        shutil.rmtree(scratch, ignore_errors=True)
+        stop_all(server, provider, scratch)
 
 
 if __name__ == "__main__":

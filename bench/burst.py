@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.e2e import (  # noqa: E402  (after the path is set)
     Stream, bench_models, connect, make_users, new_conversations, pct, setup_django, start_provider, start_worker,
+    stop_all,
     ws_turn,
 )
 
@@ -144,13 +144,7 @@ def main() -> int:
             args.json.write_text(json.dumps(row, indent=2))
         return 0 if row["completed"] == row["sends"] and not row["lost_events"] else 1
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(15)
-        if provider.poll() is None:
-            provider.kill()
-            provider.wait(10)
-        shutil.rmtree(scratch, ignore_errors=True)
+        stop_all(server, provider, scratch)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,17 @@ def start_provider(program: str) -> tuple[subprocess.Popen[bytes], str]:
     return provider, provider.stdout.readline().decode().strip()
 
 
+def stop_all(server: subprocess.Popen[bytes] | None, provider: subprocess.Popen[bytes], scratch: Path) -> None:
+    """Stop the worker (SIGTERM, up to 15 s) and the fake provider, and remove the scratch folder."""
+    if server is not None:
+        server.terminate()
+        server.wait(15)
+    if provider.poll() is None:
+        provider.kill()
+        provider.wait(10)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def start_worker(database_url: str, models: dict[str, Any], env: dict[str, str] | None = None,
                  launcher: tuple[str, ...] = ("-m", "daphne")) -> tuple[subprocess.Popen[bytes], int]:
     """One daphne worker of this checkout in the production profile (DEBUG off: no query log
@@ -425,12 +436,8 @@ def main() -> int:
             args.json.write_text(json.dumps(report, indent=2))
         return 0
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(15)
         provider.stdin.close()  # type: ignore[union-attr]
-        provider.wait(10)
-        shutil.rmtree(scratch, ignore_errors=True)
+        stop_all(server, provider, scratch)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,11 @@ class _DatabaseThreadCall(SyncToAsync):
             close_stale_connections()
 
 
+async def _run(executor: ThreadPoolExecutor, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    call = _DatabaseThreadCall(func, thread_sensitive=False, executor=executor)
+    return await call(*args, **kwargs)  # type: ignore[no-any-return]
+
+
 @functools.cache
 def _db_threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=conf.db_threads(), thread_name_prefix="jxai-db")
@@ -92,8 +97,7 @@ async def db_call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     Raises:
         Whatever ``func`` raises (:data:`DATABASE_ERRORS` when the database is unreachable).
     """
-    call = _DatabaseThreadCall(func, thread_sensitive=False, executor=_db_threads())
-    return await call(*args, **kwargs)  # type: ignore[no-any-return]
+    return await _run(_db_threads(), func, *args, **kwargs)
 
 
 @functools.cache
@@ -110,8 +114,7 @@ async def lease_call(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     Raises:
         Whatever ``func`` raises (:data:`DATABASE_ERRORS` when the database is unreachable).
     """
-    call = _DatabaseThreadCall(func, thread_sensitive=False, executor=_lease_thread())
-    return await call(*args, **kwargs)  # type: ignore[no-any-return]
+    return await _run(_lease_thread(), func, *args, **kwargs)
 
 
 async def db_request(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:

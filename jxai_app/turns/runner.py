@@ -220,9 +220,6 @@ class TurnRunner:
         reply = self._recorder.attach_tool_result(**result)
         return None if reply is None else saved_frame(self.conversation_id, self._recorder.saved)
 
-    def _begin_round(self) -> bool:
-        return self._recorder.begin_round()
-
     def _close(self, write: Callable[..., bool], *args: Any) -> Any:
         """The turn's end (``write``: the recorder's ``end_turn``, ``fail``, ``cancel`` or
         ``pause``) and its budget closed in one transaction, then the conversation's frame."""
@@ -321,7 +318,7 @@ class TurnRunner:
         recorder = self._recorder
         if isinstance(event, RoundStartEvent):
             if (event.round > 1 or not recorder.round_open) and not recorder.lost:  # a resumed turn opens round 1
-                if await self._save(self._begin_round):
+                if await self._save(recorder.begin_round):
                     self._message_id = recorder.message_id
                 self._lost()
             self._tally.start()

@@ -20,3 +20,19 @@ for (const message of data.messages || []) {
   // Tool replies carry the results the cards already show.
 }
 for (const control of transcript.querySelectorAll(".feedback, .feedback-saved, .feedback-form")) control.remove();
+
+// "Continue in my chat" posts the form with fetch: under the page's `Referrer-Policy:
+// no-referrer` a plain form post would carry `Origin: null`, which the CSRF check refuses;
+// this request alone sends its origin (and the referrer, to this server only).
+const continueForm = document.getElementById("share-continue-form");
+if (continueForm) {
+  continueForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const button = continueForm.querySelector("button");
+    button.disabled = true;
+    const response = await fetch(continueForm.action, { method: "POST", body: new FormData(continueForm),
+      credentials: "same-origin", referrerPolicy: "same-origin" }).catch(() => null);
+    if (response && response.ok && response.redirected) window.location.assign(response.url);
+    else window.location.reload();
+  });
+}

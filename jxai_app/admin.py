@@ -33,11 +33,12 @@ from django.utils.html import format_html, format_html_join
 from jxai_app import conf
 from jxai_app.policy import ratelimit, tokens, usage_report
 from jxai_app.models import (
-    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ToolPolicy, UsageLedger,
-    UserLimits, UserSettings,
+    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink, ToolPolicy,
+    UsageLedger, UserLimits, UserSettings,
 )
 from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
+from jxai_app.store.shares import shares_revoke
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.tools import mcp as mcp_tools, policy as toolpolicy
 from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
@@ -221,15 +222,15 @@ class FeedbackFilter(admin.SimpleListFilter):
 class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("label", "title", "owner", "model", "status", "message_count", "feedback_summary",
+    list_display = ("label", "title", "owner", "model", "status", "temporary", "message_count", "feedback_summary",
                     "token_count", "context_warning", "created_at", "updated_at", "transcript_link")
     list_display_links = ("label",)
-    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", FeedbackFilter, "created_at",
-                   "updated_at")
+    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "temporary", FeedbackFilter,
+                   "created_at", "updated_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("owner__username",)
-    fields = ("id", "owner", "title", "model", "status", "last_error", "last_problem", "token_count",
+    fields = ("id", "owner", "title", "model", "status", "temporary", "last_error", "last_problem", "token_count",
               "context_warning", "turn_id", "turn_heartbeat", "created_at", "updated_at")
     readonly_fields = tuple(f for f in fields if f != "title")
     CONTENT_FIELDS = ("title", "last_error", "last_problem")
@@ -391,6 +392,37 @@ class ApiTokenAdmin(DeclaredFiltersOnly):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+
+@admin.register(ShareLink)
+class ShareLinkAdmin(ReadOnlyAdmin):
+    """Every share link with its owner, scope, dates and view count; staff revoke them with
+    the list action (docs/data.md "Share links"). Neither the snapshot nor the title (made
+    from the first user message) is shown: they are content (docs/security.md, threat 1b)."""
+
+    list_display = ("id", "owner", "conversation", "scope", "state", "created_at", "snapshot_at", "expires_at",
+                    "revoked_at", "view_count")
+    list_filter = ("scope", "revoked_at", "created_at", "expires_at")
+    list_select_related = ("owner",)
+    search_fields = ("owner__username",)
+    fields = ("id", "owner", "conversation", "scope", "groups", "created_at", "snapshot_at", "expires_at",
+              "revoked_at", "view_count")
+    readonly_fields = fields
+    actions = ("revoke",)
+
+    @admin.display(description="state")
+    def state(self, link: ShareLink) -> str:
+        if link.revoked_at is not None:
+            return "revoked"
+        return "expired" if link.expires_at is not None and link.expires_at <= timezone.now() else "live"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("jxai_app.change_sharelink")
+
+    @admin.action(description="Revoke selected share links", permissions=("change",))
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ShareLink]) -> None:
+        count = shares_revoke(queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Revoked {count} share link(s).", messages.SUCCESS)
 
 
 @admin.register(ToolPolicy)

@@ -427,3 +427,15 @@ def ws_session_check_seconds() -> float:
 def reset_caches() -> None:
     """Forget the cached model registry (tests that change settings or the environment)."""
     get_model_registry.cache_clear()
+
+
+def public_shares_allowed() -> bool:
+    """``JXAI_PUBLIC_SHARES``: share links may be opened by anyone with the link, signed in
+    or not (default off; docs/data.md "Share links")."""
+    return bool(settings.JXAI_PUBLIC_SHARES)
+
+
+def temporary_chat_hours() -> float:
+    """``JXAI_TEMPORARY_CHAT_HOURS``: a temporary chat idle longer than this many hours is
+    removed (default 24; docs/data.md "Temporary chats")."""
+    return float(settings.JXAI_TEMPORARY_CHAT_HOURS)

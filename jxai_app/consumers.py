@@ -68,6 +68,7 @@ TOO_MANY_SOCKETS_CLOSE_CODE = 4429
 
 
 _STR, _OPT_STR, _INT, _ID = "string", "string or null", "non-negative integer", "message id (positive integer)"
+_BOOL = "boolean"
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[None]]
 
@@ -88,8 +89,9 @@ def _model(frame: dict[str, Any]) -> str | None:
 
 
 REQUESTS: dict[str, Request] = {  # docs/websocket.md "Client → server"
-    "send": Request({"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False)},
-                    lambda s, f: s.send_message(f.get("conversationId"), f["text"], _model(f))),
+    "send": Request({"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False),
+                     "temporary": (_BOOL, False)},
+                    lambda s, f: s.send_message(f.get("conversationId"), f["text"], _model(f), f.get("temporary", False))),
     "cancel": Request({"conversationId": (_STR, True)}, lambda s, f: s.cancel(f["conversationId"]), at_once=True),
     "subscribe": Request({"conversationId": (_STR, True)}, lambda s, f: s.subscribe(f["conversationId"])),
     "resync": Request({"conversationId": (_STR, True), "turnId": (_STR, True), "afterSeq": (_INT, True)},
@@ -132,6 +134,8 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, str) and _unicode(value)
     if kind == _OPT_STR:
         return value is None or (isinstance(value, str) and _unicode(value))
+    if kind == _BOOL:
+        return isinstance(value, bool)
     floor = 1 if kind == _ID else 0
     return isinstance(value, int) and not isinstance(value, bool) and value >= floor
 

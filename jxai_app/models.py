@@ -15,6 +15,7 @@ around them (API tokens, tool policies, limits, usage).
     TokenReservation  tokens held against the daily quota by requests still running (jxai_app.policy.reservations)
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
     McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
+    ShareLink       a read-only snapshot of a conversation behind a hashed token (docs/data.md)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -116,6 +117,9 @@ class Conversation(models.Model):
     """When the conversation was created."""
     updated_at = models.DateTimeField(auto_now=True)
     """Last change that matters to the user (send, turn end, rename); sorts the list."""
+    temporary = models.BooleanField(default=False)
+    """A temporary chat: left out of the list and search, removed once idle longer than
+    ``JXAI_TEMPORARY_CHAT_HOURS`` (docs/data.md "Temporary chats")."""
 
     class Meta:
         ordering = ["-updated_at"]
@@ -597,3 +601,51 @@ class McpServer(models.Model):
             self.to_config()
         except (ConfigurationError, TypeError, ValueError) as exc:
             raise ValidationError(str(exc)) from None
+
+
+class ShareScope(models.TextChoices):
+    """Who may open a share link (docs/data.md "Share links")."""
+
+    SIGNED_IN = "signed_in", "signed-in users"
+    GROUPS = "groups", "chosen groups"
+    PUBLIC = "public", "anyone with the link"
+
+
+class ShareLink(models.Model):
+    """A snapshot of a conversation's active path behind a random token, of which only the
+    SHA-256 is kept (docs/data.md "Share links"). The rules live in :mod:`jxai_app.store.shares`."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    """The owner's handle on the link (Settings, update, revoke); never the token."""
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_shares")
+    """Who shared it."""
+    conversation = models.ForeignKey(Conversation, null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="share_links")
+    """The conversation it was taken from (``None`` once deleted; the snapshot stays viewable)."""
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    """Hex SHA-256 of the token in the link."""
+    title = models.CharField(max_length=200, blank=True, default="")
+    """The conversation's title at share time."""
+    snapshot = models.JSONField(default=dict)
+    """``{"model", "messages": [...]}``: the active path at share time (docs/data.md "Share links")."""
+    scope = models.CharField(max_length=16, choices=ShareScope.choices, default=ShareScope.SIGNED_IN)
+    """Who may open it."""
+    groups = models.ManyToManyField("auth.Group", blank=True, related_name="jxai_shares")
+    """With scope ``groups``: whose members may open it."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was first shared."""
+    snapshot_at = models.DateTimeField()
+    """When the snapshot was taken (creation or the last "Update link")."""
+    expires_at = models.DateTimeField(null=True, blank=True)
+    """After this it answers 404; ``None``: never expires."""
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    """When the owner or staff revoked it; a revoked link answers 404."""
+    view_count = models.PositiveIntegerField(default=0)
+    """How many times the share page was shown."""
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "share link"
+
+    def __str__(self) -> str:
+        return f"share {self.pk}"

@@ -3,7 +3,7 @@ operator's endpoints (docs/operations.md)."""
 
 from django.urls import path
 
-from jxai_app import api, views
+from jxai_app import api, share_views, views
 from jxai_app.ops import endpoints
 
 urlpatterns: list = [
@@ -16,4 +16,9 @@ urlpatterns: list = [
     path("metrics", endpoints.metrics_view, name="metrics"),
     path("healthz", endpoints.healthz, name="healthz"),
     path("readyz", endpoints.readyz, name="readyz"),
+    # docs/data.md "Share links"
+    path("s/<str:token>", share_views.share_page, name="share"),
+    path("s/<str:token>/continue", share_views.share_continue, name="share-continue"),
+    path("shares", share_views.shares_endpoint, name="shares"),
+    path("shares/<uuid:share_id>/<str:action>", share_views.share_action, name="share-action"),
 ]

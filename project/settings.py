@@ -346,3 +346,7 @@ SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS = int(os.environ.get("JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS", "4000"))
 JXAI_FEEDBACK_COMMENT_MAX_CHARS = int(os.environ.get("JXAI_FEEDBACK_COMMENT_MAX_CHARS", "2000"))
 JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))
+# Owning conversations (docs/data.md): share links for anyone with the link only when this is
+# on (off: signed-in users or chosen groups only); temporary chats are removed once idle this long.
+JXAI_PUBLIC_SHARES = env_bool("JXAI_PUBLIC_SHARES", False)
+JXAI_TEMPORARY_CHAT_HOURS = float(os.environ.get("JXAI_TEMPORARY_CHAT_HOURS", "24"))

@@ -70,6 +70,12 @@ def owned(user: Any) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner_id=user.pk)
 
 
+def listed(user: Any) -> QuerySet[Conversation]:
+    """Conversations ``user`` owns that the list and search show: temporary chats left out
+    (docs/data.md "Temporary chats")."""
+    return owned(user).filter(temporary=False)
+
+
 def owned_one(user: Any, conversation_id: Any) -> QuerySet[Conversation]:
     """The one-row queryset for ``conversation_id`` if ``user`` owns it.
 

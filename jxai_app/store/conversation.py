@@ -17,14 +17,14 @@ from django.utils import timezone
 
 from jxai_app.models import Conversation, Message, MessageRole
 from jxai_app.store.branches import ActivePath, active_path
-from jxai_app.store.common import get_owned, invalid, not_found, owned, owned_one, with_tool_calls
+from jxai_app.store.common import get_owned, invalid, listed, not_found, owned_one, with_tool_calls
 
 TITLE_MAX_LENGTH = Conversation._meta.get_field("title").max_length or 200
 
 
 @transaction.atomic(savepoint=False)
 def conversation_create(
-    *, user: Any, model: str, title: str = "", system_prompt: str | None = None
+    *, user: Any, model: str, title: str = "", system_prompt: str | None = None, temporary: bool = False
 ) -> Conversation:
     """Create an idle conversation owned by ``user``.
 
@@ -35,6 +35,7 @@ def conversation_create(
         system_prompt: when given (non-empty), saved as a ``system`` message at position 0
             (the active leaf: the root every message follows) and sent first on the wire
             (docs/store.md "The OpenAI wire export").
+        temporary: a temporary chat (docs/data.md "Temporary chats").
 
     Raises:
         ProblemError: ``invalid-request`` for an anonymous user or an over-long title.
@@ -44,7 +45,7 @@ def conversation_create(
     title = title.strip()
     if len(title) > TITLE_MAX_LENGTH:
         raise invalid(f"The title is longer than {TITLE_MAX_LENGTH} characters.")
-    conversation = Conversation.objects.create(owner=user, model=model, title=title)
+    conversation = Conversation.objects.create(owner=user, model=model, title=title, temporary=temporary)
     if system_prompt:
         system = Message.objects.create(conversation=conversation, position=0, role=MessageRole.SYSTEM,
                                         content=system_prompt)
@@ -64,14 +65,15 @@ def conversation_get(*, user: Any, conversation_id: uuid.UUID | str) -> Conversa
 
 
 def conversation_list(*, user: Any) -> QuerySet[Conversation]:
-    """``user``'s conversations, most recently updated first (index ``jxai_conv_owner_recent``).
-    Slice it for paging; empty for an anonymous user."""
-    return owned(user).order_by("-updated_at")
+    """``user``'s conversations, most recently updated first (index ``jxai_conv_owner_recent``),
+    temporary chats left out (docs/data.md "Temporary chats"). Slice it for paging; empty for
+    an anonymous user."""
+    return listed(user).order_by("-updated_at")
 
 
 def conversation_page(*, user: Any, size: int, before: str | None = None) -> tuple[list[Conversation], str | None]:
-    """One page of ``user``'s conversations, most recently updated first (ties by id), after
-    the cursor ``before``.
+    """One page of ``user``'s conversations (temporary chats left out), most recently updated
+    first (ties by id), after the cursor ``before``.
 
     Returns:
         ``(conversations, next)``: at most ``size`` rows and the cursor of the following page
@@ -81,7 +83,7 @@ def conversation_page(*, user: Any, size: int, before: str | None = None) -> tup
         ProblemError: ``invalid-request`` when ``before`` is not such a cursor.
     """
     size = max(1, size)
-    rows = owned(user).order_by("-updated_at", "-pk")
+    rows = listed(user).order_by("-updated_at", "-pk")
     if before is not None:
         at, pk = _cursor(before)
         rows = rows.filter(Q(updated_at__lt=at) | Q(updated_at=at, pk__lt=pk))

@@ -18,7 +18,7 @@ from django.db.models import Case, FloatField, IntegerField, Q, QuerySet, Value,
 from django.db.models.functions import Left
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus
-from jxai_app.store.common import invalid, owned
+from jxai_app.store.common import invalid, listed
 
 SNIPPET_CHARS: Final[int] = 160
 """Characters of context returned around a match."""
@@ -51,11 +51,11 @@ def _matches(rows: QuerySet[Any], field: str, text: str) -> QuerySet[Any]:
 
 
 def _title_hits(owner: Any, text: str) -> QuerySet[Conversation]:
-    return _matches(owned(owner), "title", text)
+    return _matches(listed(owner), "title", text)
 
 
 def _message_hits(owner: Any, text: str) -> QuerySet[Message]:
-    readable = Message.objects.filter(conversation__in=owned(owner), role__in=(MessageRole.USER, MessageRole.ASSISTANT),
+    readable = Message.objects.filter(conversation__in=listed(owner), role__in=(MessageRole.USER, MessageRole.ASSISTANT),
                                       status=MessageStatus.COMPLETE)
     return _matches(readable, "content", text)
 
@@ -95,7 +95,7 @@ def conversation_search(*, owner: Any, query: str, limit: int = 5) -> list[dict[
     count = max(1, min(int(limit), MAX_RESULTS))
     titles = _title_hits(owner, text).values("pk")
     found = (
-        owned(owner)
+        listed(owner)
         .filter(Q(pk__in=titles) | Q(pk__in=_message_hits(owner, text).values("conversation_id")))
         .annotate(title_hit=Case(When(pk__in=titles, then=Value(1)), default=Value(0), output_field=IntegerField()))
         .order_by("-title_hit", "-updated_at")[:count]

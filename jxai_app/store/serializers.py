@@ -6,7 +6,7 @@ no framework beyond the models. Shapes::
 
     conversation  {"id", "title", "model", "status": "idle"|"streaming"|"error",
                    "tokenCount", "contextWindow": int|None, "contextWarning",
-                   "lastError": None|{"message", "code", "problem"}, "updatedAt"}
+                   "lastError": None|{"message", "code", "problem"}, "updatedAt", "temporary"}
     message       {"id", "role", "content", "reasoning": str|None, "toolCallId": str|None,
                    "toolCalls": [{"id", "name", "arguments", "result", "success", "approval"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
@@ -75,6 +75,7 @@ def conversation_dict(conversation: Conversation) -> dict[str, Any]:
         "contextWarning": conversation.context_warning,
         "lastError": last_error_dict(conversation),
         "updatedAt": _iso(conversation.updated_at),
+        "temporary": conversation.temporary,
     }
 
 

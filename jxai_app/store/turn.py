@@ -98,14 +98,14 @@ class TurnStart:
 
 
 def _lock_for_turn(user: Any, conversation_id: uuid.UUID | str | None, *, model: str | None,
-                   lease: float) -> tuple[Conversation, bool, Q, Recovered | None]:
+                   lease: float, temporary: bool = False) -> tuple[Conversation, bool, Q, Recovered | None]:
     """Steps 1–2 of :func:`message_send` (inside its transaction): the conversation (created
     or locked), a dead turn recovered. Returns the conversation, whether it was created, the
     condition the claim must meet and the recovered turn. A conversation whose turn waits
     for an approval is a ``conflict`` (code ``approval_pending``; docs/approval.md)."""
     created = conversation_id is None
     if created:
-        conversation = conversation_create(user=user, model=model or "")
+        conversation = conversation_create(user=user, model=model or "", temporary=temporary)
     else:
         conversation = get_owned(user, conversation_id, for_update=True)
     claimable = ~Q(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
@@ -153,7 +153,7 @@ def _placeholder(conversation: Conversation, parent: Message, position: int, mod
 
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
-    lease: float = LEASE_SECONDS, replaces: int | None = None,
+    lease: float = LEASE_SECONDS, replaces: int | None = None, temporary: bool = False,
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction (the caller's, when it opened one: the
@@ -178,6 +178,8 @@ def message_send(
         lease: the turn lease in seconds (``JXAI_TURN_LEASE_SECONDS``).
         replaces: an edit: the id of a user message of the conversation; the new message
             becomes its sibling (a new branch) and the old one stays as it was.
+        temporary: a new conversation is a temporary chat (docs/data.md "Temporary chats");
+            ignored for an existing one.
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id; ``replaces`` not a message of
@@ -190,7 +192,8 @@ def message_send(
     if replaces is not None and conversation_id is None:
         raise message_not_found()
     with transaction.atomic(savepoint=False):
-        conversation, created, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease)
+        conversation, created, claimable, abandoned = _lock_for_turn(user, conversation_id, model=model, lease=lease,
+                                                                     temporary=temporary)
         tree = Tree(()) if created else Tree.of(conversation.pk)
         if replaces is None:
             parent_id = tree.leaf

@@ -464,10 +464,12 @@ class Session:
         if state.items:
             self._remember(turn_id, max(self._seqs.get(turn_id, 0), state.items[-1]["seq"]))
 
-    async def send_message(self, conversation_id: str | None, text: str, model: str | None) -> None:
-        """``send``: start a turn (a new conversation when ``conversation_id`` is None)."""
+    async def send_message(self, conversation_id: str | None, text: str, model: str | None,
+                           temporary: bool = False) -> None:
+        """``send``: start a turn (a new conversation when ``conversation_id`` is None, a
+        temporary chat with ``temporary``)."""
         await self._start(start.send(self.hub, user=self.user, conversation_id=conversation_id, text=text,
-                                     model_alias=model))
+                                     model_alias=model, temporary=temporary))
 
     async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None) -> None:
         """``edit``: a new branch beside user message ``message_id`` with ``text``, and its turn."""

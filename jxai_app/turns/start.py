@@ -127,7 +127,7 @@ async def _prepared(hub: TurnHub, prepare: Callable[..., TurnPlan], *args: Any) 
 
 
 async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | None, text: str,
-               model_alias: str | None = None) -> TurnPlan:
+               model_alias: str | None = None, temporary: bool = False) -> TurnPlan:
     """Prepare the turn answering a new user message.
 
     Args:
@@ -137,6 +137,7 @@ async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | No
             with ``model_alias`` or the default model).
         text: the message (non-blank, at most ``JXAI_MAX_MESSAGE_CHARS`` characters).
         model_alias: switch the conversation to this configured model (``None``: keep it).
+        temporary: a new conversation is a temporary chat (docs/data.md "Temporary chats").
 
     Returns:
         The plan; follow ``plan.conversation_id``, then :func:`launch` it. Its frames
@@ -153,7 +154,8 @@ async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | No
     text = _check_text(text)
 
     def save(**kwargs: Any) -> store.TurnStart:
-        return store.message_send(user=user, conversation_id=conversation_id, text=text, **kwargs)
+        return store.message_send(user=user, conversation_id=conversation_id, text=text, temporary=temporary,
+                                  **kwargs)
 
     return await _prepared(hub, _prepare, user, save, model_alias, conversation_id is None, False)
 

@@ -232,6 +232,8 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("blank text", '{"type": "send", "conversationId": null, "text": "   "}', "invalid-request"),
     ("id a number", '{"type": "send", "conversationId": 12, "text": "hi"}', "invalid-request"),
     ("model a list", '{"type": "send", "conversationId": null, "text": "hi", "model": []}', "invalid-request"),
+    ("temporary a string", '{"type": "send", "conversationId": null, "text": "hi", "temporary": "yes"}',
+     "invalid-request"),
     ("unknown model", '{"type": "send", "conversationId": null, "text": "hi", "model": "nope"}', "invalid-request"),
     ("text too long", '{"type": "send", "conversationId": null, "text": "' + "x" * 101 + '"}', "payload-too-large"),
     ("frame too big", '{"type": "list", "pad": "' + "y" * 5000 + '"}', "payload-too-large"),

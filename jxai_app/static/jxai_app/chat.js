@@ -11,6 +11,7 @@ import { FeedbackControls, showFeedback } from "./feedback.js";
 import { Header } from "./header.js";
 import { SearchBox, messageFromHash } from "./search.js";
 import { SettingsDialog } from "./settings.js";
+import { ShareDialog, ShareList } from "./sharing.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
@@ -30,6 +31,10 @@ const ui = {
   settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
     text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
     cancel: $("settings-cancel"), save: $("settings-save") },
+  share: { open: $("share"), dialog: $("share-dialog"), form: $("share-form"), scope: $("share-scope"),
+    groups: $("share-groups"), expiry: $("share-expiry"), status: $("share-status"), link: $("share-link"),
+    close: $("share-close"), create: $("share-create") },
+  temporary: $("temporary-chat"), temporaryToggle: $("temporary-toggle"),
 };
 
 const state = {
@@ -83,6 +88,10 @@ const settings = new SettingsDialog(ui.settings, {
   maxChars: initial.customInstructionsMaxChars,
   announce: (text) => announce(text),
 });
+
+new ShareDialog(ui.share, { current: () => state.currentId });
+const shareList = new ShareList({ list: $("share-list"), empty: $("share-list-empty") });
+ui.settings.open.addEventListener("click", () => shareList.load());
 
 new FeedbackControls(ui.transcript, {
   request: (frame) => connection.send(frame),
@@ -259,6 +268,8 @@ function removeConversation(conversationId) {
 
 function renderHeader() {
   header.render(state.currentId ? conversations.get(state.currentId) : null);
+  ui.share.open.hidden = !state.currentId;
+  ui.temporaryToggle.hidden = Boolean(state.currentId); // a new chat only (docs/data.md "Temporary chats")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -285,6 +296,7 @@ function sendMessage() {
     return;
   }
   const frame = { type: "send", conversationId: state.currentId, text, model: header.model };
+  if (!state.currentId && ui.temporary.checked) frame.temporary = true;
   if (!connection.send(frame)) {
     showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
     return;

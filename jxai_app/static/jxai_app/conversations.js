@@ -156,6 +156,7 @@ export class ConversationList {
     const now = new Date();
     const groups = new Map(); // label -> <ul> of its rows, newest group first
     for (const conversation of [...this.items.values()].sort(newestFirst)) {
+      if (conversation.temporary) continue; // kept for the header, never listed (docs/data.md "Temporary chats")
       const label = dateGroup(conversation.updatedAt, now);
       if (!groups.has(label)) groups.set(label, el("ul", "conversation-group"));
       groups.get(label).append(this.row(conversation, currentId));

@@ -188,6 +188,8 @@ def _handler(provider: OidcProvider) -> type[BaseHTTPRequestHandler]:
                     self._send(302, "", content_type="text/plain", headers={"Location": f"{target}?{query}" if query else target})
                 else:
                     self._send(200, "<p>signed out</p>", content_type="text/html")
+            elif path == "/favicon.ico":  # the browser asks on the provider's form page
+                self._send(204, "", content_type="text/plain")
             else:
                 self._send(404, {"error": "not found"})
 

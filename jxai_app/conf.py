@@ -23,7 +23,7 @@ import ipaddress
 import json
 import os
 from decimal import Decimal, InvalidOperation
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -429,14 +429,14 @@ class Oidc:
 
     issuer: str
     client_id: str
-    client_secret: str
-    name: str
-    scopes: str
-    username_claim: str
-    groups_claim: str
-    group_prefix: str
-    groups: frozenset[str]
-    allowed_domains: frozenset[str]
+    client_secret: str = field(repr=False)
+    name: str = ""
+    scopes: str = "openid email profile"
+    username_claim: str = "preferred_username"
+    groups_claim: str = "groups"
+    group_prefix: str = ""
+    groups: frozenset[str] = frozenset()
+    allowed_domains: frozenset[str] = frozenset()
 
     @property
     def discovery_url(self) -> str:

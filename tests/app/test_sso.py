@@ -192,3 +192,15 @@ def test_password_sign_ins_and_token_issue_are_audited(client: Client, settings:
     rows = list(SignInEvent.objects.order_by("id").values_list("kind", "actor", "user", "ip_address"))
     assert rows == [("password-failure", "hal", None, "127.0.0.1"), ("password-sign-in", "hal", hal.pk, "127.0.0.1"),
                     ("token-issued", "manage.py create_api_token", hal.pk, None)]
+
+    User.objects.create_superuser("root", password="root-pass-1234")
+    admin = Client()
+    admin.post("/admin/login/?next=/admin/", {"username": "root", "password": "root-pass-1234"})
+    admin.post("/admin/jxai_app/apitoken/add/", {"user": hal.pk, "name": "ci"})
+    issued = SignInEvent.objects.filter(kind="token-issued").latest("id")
+    assert (issued.actor, issued.user, issued.ip_address) == ("root", hal, "127.0.0.1")
+    listing = admin.get("/admin/jxai_app/signinevent/")
+    assert listing.status_code == 200 and "password sign-in refused" in listing.content.decode()
+    assert admin.get("/admin/jxai_app/signinevent/add/").status_code == 403
+    event = SignInEvent.objects.first()
+    assert admin.post(f"/admin/jxai_app/signinevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403

@@ -21,7 +21,6 @@ rules decide what the verified claims mean for jxai:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -33,23 +32,12 @@ from jxai_app.conf import Oidc
 from jxai_app.models import SignInEvent, SsoIdentity
 from jxai_app.policy import audit
 
-__all__ = ["SignInRefused", "SignedIn", "sign_in"]
+__all__ = ["SignInRefused", "sign_in"]
 
 
 class SignInRefused(Exception):
     """The verified claims do not admit the person (module rules); ``str()`` is the sentence
     the refusal page shows."""
-
-
-@dataclass(frozen=True, slots=True)
-class SignedIn:
-    """A provider sign-in the rules admitted: the user, whether it was created now, and the
-    group names added and removed (sorted)."""
-
-    user: Any
-    created: bool
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
 
 
 def _check_domain(claims: Mapping[str, Any], oidc: Oidc) -> None:
@@ -118,9 +106,10 @@ def _sync_groups(user: Any, claims: Mapping[str, Any], oidc: Oidc) -> tuple[tupl
     return tuple(added), tuple(removed)
 
 
-def sign_in(claims: Mapping[str, Any], oidc: Oidc, *, ip: str | None) -> SignedIn:
-    """Admit the person the verified ``claims`` describe (module rules), sync their groups
-    and write the audit rows (``sso-sign-in``, plus ``groups-changed`` when any changed).
+def sign_in(claims: Mapping[str, Any], oidc: Oidc, *, ip: str | None) -> Any:
+    """Admit the person the verified ``claims`` describe (module rules), sync their groups,
+    write the audit rows (``sso-sign-in``, plus ``groups-changed`` when any changed) and
+    return the user (found by the link, or created now).
 
     Args:
         claims: the ID token's verified claims (``iss`` and ``sub`` present), completed by
@@ -146,4 +135,4 @@ def sign_in(claims: Mapping[str, Any], oidc: Oidc, *, ip: str | None) -> SignedI
         if added or removed:
             audit.record(SignInEvent.GROUPS_CHANGED, user=user, actor=user.get_username(), ip=ip,
                          detail=f"added: {', '.join(added) or '-'}; removed: {', '.join(removed) or '-'}")
-    return SignedIn(user=user, created=created, added=added, removed=removed)
+    return user

@@ -90,8 +90,8 @@ def sso_login(request: HttpRequest) -> HttpResponse:
     if target and url_has_allowed_host_and_scheme(target, {request.get_host()}, require_https=request.is_secure()):
         request.session[NEXT_KEY] = target
     try:
-        return _client(oidc).authorize_redirect(request, request.build_absolute_uri(CALLBACK_PATH))  # type: ignore[no-any-return]
-    except (requests.RequestException, ValueError) as exc:
+        return _client(oidc).authorize_redirect(request, request.build_absolute_uri(CALLBACK_PATH))
+    except requests.RequestException as exc:
         logger.warning("sso: the provider's discovery document could not be read: %s", exc)
         _client.cache_clear()
         return _refuse(request, oidc, f"{oidc.name} could not be reached; try again in a moment.", detail=str(exc))
@@ -141,12 +141,12 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
         return _refuse(request, oidc, f"{oidc.name} sent no ID token; its client needs the openid scope.")
     try:
         claims = _claims(oidc, token)
-        signed_in = identity.sign_in(claims, oidc, ip=client_ip(request))
+        user = identity.sign_in(claims, oidc, ip=client_ip(request))
     except identity.SignInRefused as exc:
         actor = str(token["userinfo"].get(oidc.username_claim) or token["userinfo"].get("email") or "")
         return _refuse(request, oidc, str(exc), actor=actor)
     target = request.session.pop(NEXT_KEY, "") or settings.LOGIN_REDIRECT_URL
-    login(request, signed_in.user, backend=SSO_BACKEND)
+    login(request, user, backend=SSO_BACKEND)
     request.session[ID_TOKEN_KEY] = token["id_token"]
     return HttpResponseRedirect(target)
 
@@ -167,7 +167,7 @@ class SsoLoginView(LoginView):
         if oidc is not None and not conf.password_login():
             reason = f"Password sign-in is switched off here; sign in with {oidc.name}."
             return render(request, "registration/sso_error.html", {"reason": reason, "sso_name": oidc.name}, status=403)
-        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+        return super().post(request, *args, **kwargs)
 
 
 class SsoLogoutView(LogoutView):
@@ -188,7 +188,7 @@ class SsoLogoutView(LogoutView):
                 return response
         except requests.RequestException:
             return response
-        return client.logout_redirect(  # type: ignore[no-any-return]
+        return client.logout_redirect(
             request, post_logout_redirect_uri=request.build_absolute_uri(settings.LOGIN_URL), id_token_hint=id_token)
 
 

@@ -82,6 +82,11 @@ def _refuse(request: HttpRequest, oidc: Oidc, reason: str, *, actor: str = "", d
     return render(request, "registration/sso_error.html", {"reason": reason, "sso_name": oidc.name}, status=403)
 
 
+def _unreachable(request: HttpRequest, oidc: Oidc, exc: requests.RequestException) -> HttpResponse:
+    logger.warning("sso: %s could not be reached: %s", oidc.issuer, exc)
+    return _refuse(request, oidc, f"{oidc.name} could not be reached; try again in a moment.", detail=str(exc))
+
+
 def sso_login(request: HttpRequest) -> HttpResponse:
     """``GET /accounts/oidc/login/?next=…``: redirect to the provider's authorization endpoint
     (state, nonce and PKCE challenge made and kept by the library). 404 without SSO."""
@@ -92,9 +97,7 @@ def sso_login(request: HttpRequest) -> HttpResponse:
     try:
         return _client(oidc).authorize_redirect(request, request.build_absolute_uri(CALLBACK_PATH))
     except requests.RequestException as exc:
-        logger.warning("sso: the provider's discovery document could not be read: %s", exc)
-        _client.cache_clear()
-        return _refuse(request, oidc, f"{oidc.name} could not be reached; try again in a moment.", detail=str(exc))
+        return _unreachable(request, oidc, exc)
 
 
 def _claims(oidc: Oidc, token: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +139,7 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
                            detail="state mismatch")
         return _refuse(request, oidc, f"{oidc.name} refused the sign-in: {description}", detail=description)
     except requests.RequestException as exc:
-        return _refuse(request, oidc, f"{oidc.name} could not be reached; try again in a moment.", detail=str(exc))
+        return _unreachable(request, oidc, exc)
     if "userinfo" not in token:
         return _refuse(request, oidc, f"{oidc.name} sent no ID token; its client needs the openid scope.")
     try:
@@ -145,6 +148,8 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
     except identity.SignInRefused as exc:
         actor = str(token["userinfo"].get(oidc.username_claim) or token["userinfo"].get("email") or "")
         return _refuse(request, oidc, str(exc), actor=actor)
+    except requests.RequestException as exc:  # its userinfo endpoint
+        return _unreachable(request, oidc, exc)
     target = request.session.pop(NEXT_KEY, "") or settings.LOGIN_REDIRECT_URL
     login(request, user, backend=SSO_BACKEND)
     request.session[ID_TOKEN_KEY] = token["id_token"]

@@ -5,6 +5,7 @@ off, RP-initiated logout, and the audit rows (docs/sso.md)."""
 
 from __future__ import annotations
 
+import socket
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -165,6 +166,16 @@ def test_login_page_button_password_switch_and_rp_logout(idp: OidcProvider, clie
     logout = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(out["Location"]).query))
     assert logout["post_logout_redirect_uri"] == "http://testserver/accounts/login/" and logout["id_token_hint"]
     assert client.get("/").status_code == 302  # the jxai session is gone
+
+
+def test_an_unreachable_provider_is_a_clear_page(idp: OidcProvider, client: Client, settings: Any) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.JXAI_OIDC_ISSUER = f"http://127.0.0.1:{port}"
+    answer = client.get("/accounts/oidc/login/")
+    assert answer.status_code == 403 and "Example SSO could not be reached" in answer.content.decode()
+    assert SignInEvent.objects.get().kind == "sso-failure"
 
 
 def test_without_an_issuer_nothing_changes(client: Client) -> None:

@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from jxai_app.models import SignInEvent, SsoIdentity
+from jxai_app.web.login import still_signed_in
 from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OidcProvider
 
 pytestmark = pytest.mark.django_db
@@ -161,7 +162,10 @@ def test_login_page_button_password_switch_and_rp_logout(idp: OidcProvider, clie
 
     idp.add_user("gina", email="gina@example.org", groups=[])
     sign_in(client, idp, "gina")
+    gina, session_key = User.objects.get(username="gina"), client.session.session_key
+    assert still_signed_in(gina.pk, session_key)  # what an open websocket re-checks
     out = client.post("/accounts/logout/")
+    assert not still_signed_in(gina.pk, session_key)
     assert out.status_code == 302 and out["Location"].startswith(f"{idp.issuer}/logout?")
     logout = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(out["Location"]).query))
     assert logout["post_logout_redirect_uri"] == "http://testserver/accounts/login/" and logout["id_token_hint"]

@@ -31,10 +31,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
-from jxai_app.policy import ratelimit, tokens, usage_report
+from jxai_app.policy import audit, ratelimit, tokens, usage_report
 from jxai_app.models import (
-    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink, ToolPolicy,
-    UsageLedger, UserLimits, UserSettings,
+    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink, SignInEvent,
+    SsoIdentity, ToolPolicy, UsageLedger, UserLimits, UserSettings,
 )
 from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
@@ -43,6 +43,7 @@ from jxai_app.store.wire import with_tool_calls
 from jxai_app.tools import mcp as mcp_tools, policy as toolpolicy
 from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
 from jxai_app.web.charts import stacked_bars
+from jxai_app.web.clientip import client_ip
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
 """The permission that shows what was said in conversations."""
@@ -377,6 +378,9 @@ class ApiTokenAdmin(DeclaredFiltersOnly):
         if not change:
             request._jxai_token_plaintext = obj.set_new_secret()  # type: ignore[attr-defined]
         super().save_model(request, obj, form, change)
+        if not change:
+            audit.record(SignInEvent.TOKEN_ISSUED, user=obj.user, actor=request.user.get_username(),
+                         ip=client_ip(request), detail=f"{obj.name} ({obj.prefix}…) in admin")
 
     def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
         plaintext = getattr(request, "_jxai_token_plaintext", None)
@@ -558,6 +562,28 @@ class NoteAdmin(ReadOnlyAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return can_read_content(request)
+
+
+@admin.register(SsoIdentity)
+class SsoIdentityAdmin(DeclaredFiltersOnly):
+    """Links between accounts at the identity provider and users (docs/sso.md "Accounts"):
+    adding one lets an existing local account be signed in to through the provider."""
+
+    list_display = ("user", "subject", "issuer", "created_at", "last_sign_in_at")
+    search_fields = ("user__username", "subject")
+    raw_id_fields = ("user",)
+    readonly_fields = ("created_at", "last_sign_in_at")
+
+
+@admin.register(SignInEvent)
+class SignInEventAdmin(ReadOnlyAdmin):
+    """The sign-in audit (docs/sso.md "Audit"), read-only: what the app recorded."""
+
+    list_display = ("created_at", "kind", "actor", "user", "ip_address", "detail")
+    list_filter = ("kind", "created_at")
+    list_select_related = ("user",)
+    search_fields = ("actor", "user__username", "ip_address", "detail")
+    readonly_fields = ("created_at", "kind", "actor", "user", "ip_address", "detail")
 
 
 @admin.register(UserLimits)

@@ -23,7 +23,7 @@ import ipaddress
 import json
 import os
 from decimal import Decimal, InvalidOperation
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -416,6 +416,60 @@ def tools_default_allowed() -> bool:
 def tool_modules() -> tuple[str, ...]:
     """``JXAI_TOOL_MODULES``: dotted names of modules that each define ``register(registry)``."""
     return tuple(settings.JXAI_TOOL_MODULES)
+
+@dataclass(frozen=True, slots=True)
+class Oidc:
+    """The identity provider jxai signs people in through (docs/sso.md "Settings").
+
+    ``issuer`` is the provider's issuer URL (its discovery document is
+    ``issuer + "/.well-known/openid-configuration"``); ``scopes`` a space-separated list;
+    ``groups`` exact group names and ``group_prefix`` a prefix (both empty: every group of the
+    claim is synced); ``allowed_domains`` lower-case email domains (empty: any).
+    """
+
+    issuer: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    name: str = ""
+    scopes: str = "openid email profile"
+    username_claim: str = "preferred_username"
+    groups_claim: str = "groups"
+    group_prefix: str = ""
+    groups: frozenset[str] = frozenset()
+    allowed_domains: frozenset[str] = frozenset()
+
+    @property
+    def discovery_url(self) -> str:
+        """The provider's discovery document (OpenID Connect Discovery 1.0, section 4)."""
+        return self.issuer.rstrip("/") + "/.well-known/openid-configuration"
+
+
+def oidc() -> Oidc | None:
+    """``JXAI_OIDC_*``: the identity provider, or ``None`` when ``JXAI_OIDC_ISSUER`` is unset
+    (password sign-in only, as without SSO). ``JXAI_OIDC_CLIENT_SECRET`` is read from the
+    environment here, never from settings.
+
+    Raises:
+        ConfigurationError: an issuer without ``JXAI_OIDC_CLIENT_ID``.
+    """
+    issuer = str(getattr(settings, "JXAI_OIDC_ISSUER", ""))
+    if not issuer:
+        return None
+    if not settings.JXAI_OIDC_CLIENT_ID:
+        raise ConfigurationError("JXAI_OIDC_ISSUER is set but JXAI_OIDC_CLIENT_ID is not (docs/sso.md)")
+    return Oidc(
+        issuer=issuer, client_id=str(settings.JXAI_OIDC_CLIENT_ID),
+        client_secret=os.environ.get("JXAI_OIDC_CLIENT_SECRET", ""), name=str(settings.JXAI_OIDC_NAME),
+        scopes=str(settings.JXAI_OIDC_SCOPES), username_claim=str(settings.JXAI_OIDC_USERNAME_CLAIM),
+        groups_claim=str(settings.JXAI_OIDC_GROUPS_CLAIM), group_prefix=str(settings.JXAI_OIDC_GROUP_PREFIX),
+        groups=frozenset(str(g) for g in settings.JXAI_OIDC_GROUPS),
+        allowed_domains=frozenset(str(d).lower().lstrip("@") for d in settings.JXAI_OIDC_ALLOWED_DOMAINS))
+
+
+def password_login() -> bool:
+    """Whether ``/accounts/login/`` offers and accepts passwords: always without SSO; with
+    SSO unless ``JXAI_PASSWORD_LOGIN=0`` (docs/sso.md "Settings")."""
+    return oidc() is None or bool(settings.JXAI_PASSWORD_LOGIN)
 
 
 def ws_session_check_seconds() -> float:

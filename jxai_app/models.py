@@ -649,3 +649,56 @@ class ShareLink(models.Model):
 
     def __str__(self) -> str:
         return f"share {self.pk}"
+
+
+class SsoIdentity(models.Model):
+    """The link between an account at the identity provider (issuer, subject) and a jxai
+    user (docs/sso.md "Accounts"). A sign-in through the provider finds its user here; the
+    first one creates the user and this row, and never takes over an existing account of
+    the same name unless an operator made this row for it in admin beforehand."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_sso_identities")
+    issuer = models.CharField(max_length=500, help_text="The provider's issuer URL (the ID token's iss).")
+    subject = models.CharField(max_length=255, help_text="The account's id at the provider (the ID token's sub).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="jxai_sso_identity_unique")]
+        verbose_name = "SSO identity"
+        verbose_name_plural = "SSO identities"
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class SignInEvent(models.Model):
+    """One line of the sign-in audit (docs/sso.md "Audit"): a sign-in that succeeded or
+    failed (through the provider or by password), the group changes a provider sign-in
+    applied, an API token issued. Written by :mod:`jxai_app.policy.audit`, read-only in admin."""
+
+    SSO_SIGN_IN = "sso-sign-in"
+    SSO_FAILURE = "sso-failure"
+    PASSWORD_SIGN_IN = "password-sign-in"
+    PASSWORD_FAILURE = "password-failure"
+    GROUPS_CHANGED = "groups-changed"
+    TOKEN_ISSUED = "token-issued"
+    KINDS = [(SSO_SIGN_IN, "SSO sign-in"), (SSO_FAILURE, "SSO sign-in refused"),
+             (PASSWORD_SIGN_IN, "password sign-in"), (PASSWORD_FAILURE, "password sign-in refused"),
+             (GROUPS_CHANGED, "groups changed at sign-in"), (TOKEN_ISSUED, "API token issued")]
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=20, choices=KINDS, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="jxai_sign_in_events")
+    """The account concerned (the token's owner for ``token-issued``); empty when unknown."""
+    actor = models.CharField(max_length=255, blank=True)
+    """Who acted: the name typed or claimed at sign-in, the staff member who issued a token."""
+    ip_address = models.GenericIPAddressField(null=True, blank=True)
+    """The client address (:func:`jxai_app.web.clientip.client_ip`); empty from the command line."""
+    detail = models.TextField(blank=True)
+    """Why a sign-in was refused, which groups were added and removed, the token's name."""
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "sign-in event"

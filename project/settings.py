@@ -201,6 +201,9 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Names the sessions an OpenID Connect sign-in opened (it authenticates nothing itself;
+    # docs/sso.md "How a sign-in is checked").
+    "jxai_app.web.sso.SsoSessionBackend",
 ]
 JXAI_LOGIN_FAILURE_LIMIT = int(os.environ.get("JXAI_LOGIN_FAILURE_LIMIT", "5"))
 AXES_ENABLED = JXAI_LOGIN_FAILURE_LIMIT > 0  # 0 turns throttling off
@@ -350,3 +353,18 @@ JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))
 # on (off: signed-in users or chosen groups only); temporary chats are removed once idle this long.
 JXAI_PUBLIC_SHARES = env_bool("JXAI_PUBLIC_SHARES", False)
 JXAI_TEMPORARY_CHAT_HOURS = float(os.environ.get("JXAI_TEMPORARY_CHAT_HOURS", "24"))
+
+# --- Sign-in through the organisation's identity provider (docs/sso.md) ----------------
+# Off unless JXAI_OIDC_ISSUER is set; the client secret is read from the environment by
+# jxai_app.conf, never kept here.
+JXAI_OIDC_ISSUER = os.environ.get("JXAI_OIDC_ISSUER", "").strip()
+JXAI_OIDC_CLIENT_ID = os.environ.get("JXAI_OIDC_CLIENT_ID", "").strip()
+JXAI_OIDC_NAME = os.environ.get("JXAI_OIDC_NAME", "").strip() or "your organisation"
+JXAI_OIDC_SCOPES = os.environ.get("JXAI_OIDC_SCOPES", "openid email profile").strip()
+JXAI_OIDC_USERNAME_CLAIM = os.environ.get("JXAI_OIDC_USERNAME_CLAIM", "").strip() or "preferred_username"
+JXAI_OIDC_GROUPS_CLAIM = os.environ.get("JXAI_OIDC_GROUPS_CLAIM", "").strip() or "groups"
+JXAI_OIDC_GROUP_PREFIX = os.environ.get("JXAI_OIDC_GROUP_PREFIX", "")
+JXAI_OIDC_GROUPS = env_list("JXAI_OIDC_GROUPS", [])
+JXAI_OIDC_ALLOWED_DOMAINS = env_list("JXAI_OIDC_ALLOWED_DOMAINS", [])
+# 0 hides and refuses the password form of /accounts/login/ while SSO is on.
+JXAI_PASSWORD_LOGIN = env_bool("JXAI_PASSWORD_LOGIN", True)

@@ -4,7 +4,10 @@ The chat page renders model output (Markdown → marked → DOMPurify). The poli
 line of defence behind the sanitiser: scripts and styles only from our own origin (no
 ``unsafe-inline``, so an injected ``<script>`` or ``onerror=`` never runs), images only from
 our origin or ``data:`` (a prompt-injected ``<img src="https://elsewhere/?q=secret">`` cannot
-leak data), sockets only back to the page's own host, and no framing (clickjacking).
+leak data), sockets only back to the page's own host, and no framing (clickjacking). Forms
+post only to our origin; with sign-in through an identity provider configured, the logout
+form's redirect may also go on to the provider's origin (the issuer's scheme and host: its
+RP-initiated logout, docs/sso.md "Logout").
 
 :class:`ContentSecurityPolicyMiddleware` sets the header on every HTML response that has none
 yet, except under the admin (Django's admin pages are not ours to constrain) and on
@@ -13,12 +16,15 @@ Django's technical error pages shown with ``DEBUG`` on (they use inline styles a
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any, Callable
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import sync_and_async_middleware
+
+from jxai_app import conf
 
 __all__ = ["CSP_HEADER", "ContentSecurityPolicyMiddleware", "policy_for"]
 
@@ -37,6 +43,8 @@ def policy_for(request: HttpRequest) -> str:
         The header value, directives separated by ``"; "``.
     """
     host = request.get_host()
+    oidc = conf.oidc()
+    provider = f" {urllib.parse.urlsplit(oidc.issuer).scheme}://{urllib.parse.urlsplit(oidc.issuer).netloc}" if oidc else ""
     directives = [
         "default-src 'self'",
         "script-src 'self'",
@@ -46,7 +54,7 @@ def policy_for(request: HttpRequest) -> str:
         f"connect-src 'self' ws://{host} wss://{host}",
         "object-src 'none'",
         "base-uri 'none'",
-        "form-action 'self'",
+        f"form-action 'self'{provider}",
         "frame-ancestors 'none'",
     ]
     return "; ".join(directives)

@@ -10,6 +10,9 @@ How the pieces fit:
   the channel layer of the run (``REDIS_URL`` is passed through), and ``JXAI_MODELS_JSON``
   naming the fake provider, with ``JXAI_CONVERSATIONS_PAGE_SIZE`` = :data:`PAGE_SIZE`. Its log goes
   to ``test-results/e2e/daphne.log``.
+* ``oidc_idp`` (session): a real OpenID Connect provider on 127.0.0.1
+  (:class:`~tests.support.oidc_provider.OidcProvider`); the server is configured to sign in
+  through it (``JXAI_OIDC_*``, groups starting with ``idp-`` synced) beside the password form.
 * ``browser`` (module): ``/usr/bin/chromium`` headless through Playwright (never a
   downloaded browser); each test gets a fresh context and page.
 * ``logged_in``: a page where a new user has logged in (most chat tests start there).
@@ -42,6 +45,7 @@ import pytest
 from tests.e2e.scripted_model import ScriptedModel
 from tests.support.database import database_url
 from tests.support.fake_provider import FakeProvider
+from tests.support.oidc_provider import CLIENT_ID, CLIENT_SECRET, OidcProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "test-results" / "e2e"
@@ -109,8 +113,14 @@ def fake_llm() -> Iterator[tuple[FakeProvider, ScriptedModel]]:
 
 
 @pytest.fixture(scope="session")
+def oidc_idp() -> Iterator[OidcProvider]:
+    with OidcProvider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="session")
 def app_server(django_db_setup: Any, django_db_blocker: Any,
-                fake_llm: tuple[FakeProvider, ScriptedModel]) -> Iterator[LiveServer]:
+                fake_llm: tuple[FakeProvider, ScriptedModel], oidc_idp: OidcProvider) -> Iterator[LiveServer]:
     from django.db import connection
 
     with django_db_blocker.unblock():
@@ -128,7 +138,9 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
     }
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", "DATABASE_URL": db_url,
            "JXAI_MODELS_JSON": json.dumps(registry), "DJANGO_DEBUG": "1", "JXAI_UPSTREAM_RETRIES": "0",
-           "JXAI_CONVERSATIONS_PAGE_SIZE": str(PAGE_SIZE), "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING"}
+           "JXAI_CONVERSATIONS_PAGE_SIZE": str(PAGE_SIZE), "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING",
+           "JXAI_OIDC_ISSUER": oidc_idp.issuer, "JXAI_OIDC_CLIENT_ID": CLIENT_ID,
+           "JXAI_OIDC_CLIENT_SECRET": CLIENT_SECRET, "JXAI_OIDC_NAME": "Test IdP", "JXAI_OIDC_GROUP_PREFIX": "idp-"}
     for name in ("JXAI_MODELS_FILE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         env.pop(name, None)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -148,6 +160,7 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
     else:
         raise RuntimeError(f"daphne did not start; its log:\n{log_path.read_text(errors='replace')}")
     server = LiveServer(url=url, process=process, log_path=log_path)
+    oidc_idp.redirect_uris.add(f"{url}/accounts/oidc/callback/")
     yield server
     process.terminate()
     try:

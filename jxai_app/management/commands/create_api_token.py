@@ -17,7 +17,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jxai_app.models import ApiToken
+from jxai_app.models import ApiToken, SignInEvent
+from jxai_app.policy import audit
 
 
 class Command(BaseCommand):
@@ -39,6 +40,8 @@ class Command(BaseCommand):
         if not user.is_active:
             raise CommandError(f"The user {options['username']!r} is inactive; its tokens would not work.")
         token, plaintext = ApiToken.issue(user=user, name=name)
+        audit.record(SignInEvent.TOKEN_ISSUED, user=user, actor="manage.py create_api_token",
+                     detail=f"{name} ({token.prefix}…) from the command line")
         self.stdout.write(plaintext)
         self.stderr.write(f"Issued token {token.prefix}… ({name!r}) for {options['username']}. "
                           "It is shown only this once.")

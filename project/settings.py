@@ -346,3 +346,7 @@ SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS = int(os.environ.get("JXAI_CUSTOM_INSTRUCTIONS_MAX_CHARS", "4000"))
 JXAI_FEEDBACK_COMMENT_MAX_CHARS = int(os.environ.get("JXAI_FEEDBACK_COMMENT_MAX_CHARS", "2000"))
 JXAI_SEARCH_RESULTS = int(os.environ.get("JXAI_SEARCH_RESULTS", "20"))
+# Your data (docs/data.md): the largest import file, and how long idle conversations are kept
+# (empty or 0: forever; manage.py purge_conversations removes the older ones).
+JXAI_IMPORT_MAX_BYTES = int(os.environ.get("JXAI_IMPORT_MAX_BYTES", str(32 * 1024 * 1024)))
+JXAI_RETENTION_DAYS = int(os.environ.get("JXAI_RETENTION_DAYS") or "0")

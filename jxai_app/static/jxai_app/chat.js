@@ -10,7 +10,7 @@ import { ConversationList } from "./conversations.js";
 import { FeedbackControls, showFeedback } from "./feedback.js";
 import { Header } from "./header.js";
 import { SearchBox, messageFromHash } from "./search.js";
-import { SettingsDialog } from "./settings.js";
+import { DataControls, SettingsDialog } from "./settings.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
@@ -81,6 +81,13 @@ const search = new SearchBox({ input: ui.search, results: ui.searchResults, nav:
 const settings = new SettingsDialog(ui.settings, {
   request: (frame) => connection.send(frame),
   maxChars: initial.customInstructionsMaxChars,
+  announce: (text) => announce(text),
+});
+
+new DataControls({ importInput: $("import-data"), importStatus: $("import-status"), deleteForm: $("delete-account-form"),
+  password: $("delete-account-password"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
+  importUrl: initial.dataUrls.import, deleteUrl: initial.dataUrls.deleteAccount, loginUrl: initial.dataUrls.login,
+  onImported: () => conversations.ask(null),
   announce: (text) => announce(text),
 });
 

@@ -375,6 +375,20 @@ def test_staff_erase_with_the_permission_only_and_it_is_recorded(django_user_mod
     assert (record.erased_user_id, record.erased_by_id, record.self_service) == (pk, staff.pk, False)
 
 
+def test_staff_with_the_content_permission_export_one_user_s_archive(django_user_model: Any, user: Any) -> None:
+    conversation = _build(user)
+    staff = django_user_model.objects.create_user("sam", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=("view_user", "view_conversation")))
+    client = Client()
+    client.force_login(staff)
+    response = client.post("/admin/auth/user/", {"action": "export_user_data", "_selected_action": [user.pk]})
+    assert response["Content-Type"] == "application/zip" and response.is_async
+    with pytest.warns(Warning, match="asynchronous iterators"):  # the sync test client reads the async stream
+        body = b"".join(response)
+    names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+    assert f"conversations/{conversation.pk}/conversation.json" in names
+
+
 async def test_deleting_the_account_closes_the_user_s_open_socket(settings: Any, user: Any) -> None:
     from project.asgi import application
     settings.JXAI_WS_SESSION_CHECK_SECONDS = 0.1

@@ -336,7 +336,9 @@ def _chatgpt_draft(document: Mapping[str, Any]) -> Draft:
         text = _chatgpt_text(message) if isinstance(message, dict) else None
         if text is None or not isinstance(message, dict):
             continue
-        metadata = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+        metadata = message.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
         role = message["author"]["role"]
         kept[key] = DraftMessage(key=key, parent=None, role=role, content=text,
                                  created_at=_instant(message.get("create_time"), created),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -192,7 +192,7 @@ class _Sink(io.RawIOBase):
         return out
 
 
-def export_zip(user: Any) -> Iterator[bytes]:
+def export_zip(user: Any) -> Generator[bytes, None, None]:
     """``user``'s data as ZIP bytes, in pieces: one piece per file of the archive (module
     docstring), then the central directory. Sync and querying: advance it from a database
     thread (:func:`jxai_app.db.db_call`); each step runs its queries to the end, so steps may

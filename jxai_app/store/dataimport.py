@@ -187,6 +187,18 @@ def _text(value: Any, what: str, *, optional: bool = False) -> str:
     return storable(value)
 
 
+def _storable_json(value: Any) -> Any:
+    """A JSON value with every string in it (keys too) made storable (:func:`storable`:
+    PostgreSQL's ``jsonb`` refuses ``\\u0000``). Depth is bounded by the file's check."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, list):
+        return [_storable_json(v) for v in value]
+    if isinstance(value, dict):
+        return {storable(str(k)): _storable_json(v) for k, v in value.items()}
+    return value
+
+
 def _instant(value: Any, fallback: datetime) -> datetime:
     """An ISO 8601 string or Unix seconds as an aware datetime; ``fallback`` for ``None``."""
     if value is None:
@@ -250,7 +262,8 @@ def _jxai_call(call: Any) -> dict[str, Any]:
     success, state = call.get("success"), call.get("approval_state")
     return {"call_id": _text(call.get("call_id"), "a tool call's id")[:200],
             "name": _text(call.get("name"), "a tool name", optional=True)[:200],
-            "arguments": _text(call.get("arguments"), "a tool call's arguments", optional=True), "result": result,
+            "arguments": _text(call.get("arguments"), "a tool call's arguments", optional=True),
+            "result": _storable_json(result),
             "success": success if isinstance(success, bool) else None,
             "started_at": _moment(call.get("started_at")), "finished_at": _moment(call.get("finished_at")),
             "approval_state": state if state in _DECIDED else "", "decided_at": _moment(call.get("decided_at")),
@@ -289,7 +302,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
             tool_call_id=_text(row.get("tool_call_id"), "a tool reply's call id", optional=True),
             model=_text(row.get("model"), "a model name", optional=True)[:100],
             stop_reason=_text(row.get("stop_reason"), "a stop reason", optional=True)[:32],
-            stopped=row.get("stopped") is True, usage=row.get("usage") if isinstance(row.get("usage"), dict) else None,
+            stopped=row.get("stopped") is True, usage=_storable_json(row["usage"]) if isinstance(row.get("usage"), dict) else None,
             calls=[_jxai_call(c) for c in calls],
             feedback=None if feedback is None else {"rating": feedback["rating"],
                                                     "comment": _text(feedback.get("comment"), "a feedback comment",

@@ -31,6 +31,7 @@ from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from jxai_app import store
+from jxai_app.store import export as store_export
 from jxai_app.models import (
     Conversation, ConversationStatus, ErasureRecord, Message, MessageFeedback, ToolCall, UsageLedger,
 )
@@ -144,6 +145,21 @@ async def test_export_then_import_gives_the_same_tree_message_by_message(user: A
 
     response = await sync_to_async(_import)(other_user, archive.read(folder + "conversation.json"), "c.json")
     assert response.status_code == 200 and len(response.json()["imported"]) == 1  # the JSON alone imports too
+
+
+def test_text_no_database_stores_is_imported_as_u_fffd(user: Any) -> None:
+    conversation = _build(user)
+    tree = json.loads(json.dumps(store_export.conversation_tree(conversation,
+                                                                list(conversation.messages.order_by("position")))))
+    call = next(m for m in tree["messages"] if m["tool_calls"])["tool_calls"][0]
+    call["result"] = {"note\u0000": "a\u0000b", "list": ["\ud800"]}
+    tree["messages"][1]["content"] = "NUL\u0000here"
+    response = _import(user, json.dumps(tree).encode(), "conversation.json")
+    assert response.status_code == 200, response.content
+    imported = Conversation.objects.get(pk=response.json()["imported"][0]["id"])
+    assert imported.messages.filter(content="NUL\ufffdhere").exists()
+    assert ToolCall.objects.get(message__conversation=imported).result == {"note\ufffd": "a\ufffdb",
+                                                                            "list": ["\ufffd"]}
 
 
 def _siblings(conversation: Conversation) -> dict[int | None, list[str]]:
@@ -280,6 +296,20 @@ def test_purge_removes_idle_conversations_only_and_keeps_the_ledger(settings: An
     assert set(Conversation.objects.values_list("pk", flat=True)) == {recent.pk, running.pk, waiting.pk, held.pk}
     assert not Message.objects.filter(conversation_id=old.pk).exists()
     assert _ledger_totals() == totals
+
+
+def test_staff_place_and_release_a_legal_hold_in_admin(django_user_model: Any, user: Any) -> None:
+    conversation = _aged(user, "kept", 0)
+    staff = django_user_model.objects.create_user("sam", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=("view_conversation", "change_conversation")))
+    client = Client()
+    client.force_login(staff)
+    changelist = "/admin/jxai_app/conversation/"
+    client.post(changelist, {"action": "hold", "_selected_action": [conversation.pk]})
+    assert Conversation.objects.get(pk=conversation.pk).legal_hold
+    assert b"legal_hold__exact=1" in client.get(changelist).content  # the list filter
+    client.post(changelist, {"action": "release_hold", "_selected_action": [conversation.pk]})
+    assert not Conversation.objects.get(pk=conversation.pk).legal_hold
 
 
 # -- erasure -----------------------------------------------------------------------------

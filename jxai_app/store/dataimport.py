@@ -390,8 +390,8 @@ def _save(user: Any, draft: Draft) -> Conversation:
     pk_of = {m.key: row.pk for m, row in zip(draft.messages, rows)}
     for m, row in zip(draft.messages, rows):
         row.parent_id = pk_of.get(m.parent)
-        row.created_at = row.updated_at = m.created_at
-    Message.objects.bulk_update(rows, ["parent", "created_at", "updated_at"], batch_size=500)
+        row.created_at = m.created_at  # updated_at stays the import's time: the row's last write
+    Message.objects.bulk_update(rows, ["parent", "created_at"], batch_size=500)
     ToolCall.objects.bulk_create([
         ToolCall(message=row, position=i, **call)
         for m, row in zip(draft.messages, rows) for i, call in enumerate(m.calls)], batch_size=500)

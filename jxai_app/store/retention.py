@@ -1,7 +1,9 @@
 """Retention: conversations idle longer than ``JXAI_RETENTION_DAYS`` are removed by
 ``manage.py purge_conversations`` (docs/data.md "Retention").
 
-Idle means no change for that long (``updated_at``: a send, a turn's end, a rename). Never
+Idle means no change for that long, to the conversation (``updated_at``: a send, a turn's
+end, a rename) or to any of its messages (their ``updated_at``: an imported conversation keeps
+its original times, but its messages were written at the import). Never
 removed: a conversation whose turn is running or waiting for approval, or one under a legal
 hold. The usage ledger is per user and day, not per conversation, so it is untouched.
 """
@@ -12,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
-from jxai_app.models import Conversation, ConversationStatus
+from jxai_app.models import Conversation, ConversationStatus, Message
 
 __all__ = ["Purged", "conversations_idle", "conversations_purge"]
 
@@ -30,11 +32,12 @@ class Purged:
 
 
 def conversations_idle(*, now: datetime, days: int) -> QuerySet[Conversation]:
-    """Conversations with no change for more than ``days`` days before ``now`` that may go:
-    no turn running or waiting for approval, no legal hold (oldest first)."""
-    return (Conversation.objects.filter(updated_at__lt=now - timedelta(days=days), legal_hold=False,
-                                        turn_id__isnull=True)
+    """Conversations with no change (theirs or a message's) for more than ``days`` days before
+    ``now`` that may go: no turn running or waiting for approval, no legal hold (oldest first)."""
+    cutoff = now - timedelta(days=days)
+    return (Conversation.objects.filter(updated_at__lt=cutoff, legal_hold=False, turn_id__isnull=True)
             .exclude(status__in=(ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL))
+            .exclude(Exists(Message.objects.filter(conversation=OuterRef("pk"), updated_at__gte=cutoff)))
             .order_by("updated_at", "pk"))
 
 

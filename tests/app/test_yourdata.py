@@ -265,8 +265,9 @@ def _ledger_totals() -> dict[str, Any]:
 def _aged(user: Any, title: str, days: int, **fields: Any) -> Conversation:
     conversation = store.conversation_create(user=user, model="gpt-4o", title=title)
     _answer(store.message_send(user=user, conversation_id=conversation.pk, text=f"{title}?"), "ok")
-    Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timezone.timedelta(days=days),
-                                                           **fields)
+    then = timezone.now() - timezone.timedelta(days=days)
+    Message.objects.filter(conversation=conversation).update(updated_at=then)
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=then, **fields)
     return conversation
 
 
@@ -278,22 +279,27 @@ def test_purge_removes_idle_conversations_only_and_keeps_the_ledger(settings: An
     running = _aged(user, "running", 40, status=ConversationStatus.STREAMING, turn_id=uuid.uuid4())
     waiting = _aged(user, "waiting", 40, status=ConversationStatus.AWAITING_APPROVAL)
     held = _aged(user, "held", 400, legal_hold=True)
+    written = _aged(user, "written", 40)
+    Message.objects.filter(conversation=written).update(updated_at=timezone.now())  # a message changed lately
+    assert _import(user, CHATGPT.read_bytes(), "conversations.json").status_code == 200  # 2024, imported today
     totals = _ledger_totals()
 
     out = io.StringIO()
     call_command("purge_conversations", stdout=out)
-    assert "not set" in out.getvalue() and Conversation.objects.count() == 5  # off by default
+    assert "not set" in out.getvalue() and Conversation.objects.count() == 8  # off by default
 
     settings.JXAI_RETENTION_DAYS = 30
     out = io.StringIO()
     call_command("purge_conversations", "--dry-run", stdout=out)
-    assert f"would remove {old.pk} owner={user.pk}" in out.getvalue() and Conversation.objects.count() == 5
+    assert f"would remove {old.pk} owner={user.pk}" in out.getvalue() and Conversation.objects.count() == 8
     out = io.StringIO()
     call_command("purge_conversations", stdout=out)
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(f"removed {old.pk} owner={user.pk} idle since ") and lines[0].endswith("messages=2")
     assert lines[-1] == "removed 1 conversation(s) idle more than 30 day(s)."
-    assert set(Conversation.objects.values_list("pk", flat=True)) == {recent.pk, running.pk, waiting.pk, held.pk}
+    assert set(Conversation.objects.exclude(title__in=("Packing for Lisbon", "Haiku")).values_list("pk", flat=True)) \
+        == {recent.pk, running.pk, waiting.pk, held.pk, written.pk}
+    assert Conversation.objects.filter(title__in=("Packing for Lisbon", "Haiku")).count() == 2
     assert not Message.objects.filter(conversation_id=old.pk).exists()
     assert _ledger_totals() == totals
 

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth import get_user_model
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ChangeList
@@ -32,9 +33,10 @@ from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
 from jxai_app.policy import audit, ratelimit, tokens, usage_report
+from jxai_app.core.errors import ProblemError
 from jxai_app.models import (
-    ApiToken, Conversation, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink, SignInEvent,
-    SsoIdentity, ToolPolicy, UsageLedger, UserLimits, UserSettings,
+    ApiToken, Conversation, ErasureRecord, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink,
+    SignInEvent, SsoIdentity, ToolPolicy, UsageLedger, UserLimits, UserSettings,
 )
 from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
@@ -44,9 +46,13 @@ from jxai_app.tools import mcp as mcp_tools, policy as toolpolicy
 from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
 from jxai_app.web.charts import stacked_bars
 from jxai_app.web.clientip import client_ip
+from jxai_app.web.erasure import erase_account
+from jxai_app.yourdata import export_response
 
 CONTENT_PERMISSION = "jxai_app.view_conversation"
 """The permission that shows what was said in conversations."""
+ERASE_PERMISSION = "jxai_app.erase_user_data"
+"""The permission of admin's "Erase user data" (docs/data.md "Erasure")."""
 
 
 def can_read_content(request: HttpRequest) -> bool:
@@ -224,20 +230,20 @@ class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
     list_display = ("label", "title", "owner", "model", "status", "temporary", "message_count", "feedback_summary",
-                    "token_count", "context_warning", "created_at", "updated_at", "transcript_link")
+                    "token_count", "context_warning", "legal_hold", "created_at", "updated_at", "transcript_link")
     list_display_links = ("label",)
-    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "temporary", FeedbackFilter,
+    list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "temporary", FeedbackFilter, "legal_hold",
                    "created_at", "updated_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("owner__username",)
     fields = ("id", "owner", "title", "model", "status", "temporary", "last_error", "last_problem", "token_count",
-              "context_warning", "turn_id", "turn_heartbeat", "created_at", "updated_at")
-    readonly_fields = tuple(f for f in fields if f != "title")
+              "context_warning", "turn_id", "turn_heartbeat", "legal_hold", "created_at", "updated_at")
+    readonly_fields = tuple(f for f in fields if f not in ("title", "legal_hold"))
     CONTENT_FIELDS = ("title", "last_error", "last_problem")
     """Fields that may quote what was said (the title is the first user message; a provider
     error may echo the prompt): shown only with the content permission."""
-    actions = ("export_openai_json",)
+    actions = ("export_openai_json", "hold", "release_hold")
     change_form_template = "admin/jxai_app/conversation/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
@@ -342,6 +348,17 @@ class ConversationAdmin(DeclaredFiltersOnly):
             json.dumps(documents, ensure_ascii=False, indent=2), content_type="application/json",
             headers={"Content-Disposition": f'attachment; filename="jxai-conversations-{stamp}.json"'},
         )
+
+
+    @admin.action(description="Place under legal hold (never purged or erased)", permissions=("change",))
+    def hold(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        count = queryset.update(legal_hold=True)
+        self.message_user(request, f"{count} conversation(s) placed under legal hold.", messages.SUCCESS)
+
+    @admin.action(description="Release the legal hold", permissions=("change",))
+    def release_hold(self, request: HttpRequest, queryset: QuerySet[Conversation]) -> None:
+        count = queryset.update(legal_hold=False)
+        self.message_user(request, f"{count} conversation(s) released from legal hold.", messages.SUCCESS)
 
 
 @admin.register(ApiToken)
@@ -701,6 +718,45 @@ if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_us
 
         list_display = (*UserAdmin.list_display, "jxai_usage")
         readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage")
+        actions = ("export_user_data", "erase_user_data")
+
+        def has_read_content_permission(self, request: HttpRequest) -> bool:
+            return can_read_content(request)
+
+        def has_erase_permission(self, request: HttpRequest) -> bool:
+            return bool(request.user.is_active and request.user.is_staff and request.user.has_perm(ERASE_PERMISSION))
+
+        @admin.action(description="Export the user's data (ZIP; one user)", permissions=("read_content",))
+        def export_user_data(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+            """The user's archive exactly as their "Download my data" (docs/data.md "Export format")."""
+            if queryset.count() != 1:
+                self.message_user(request, "Select exactly one user to export.", messages.WARNING)
+                return None
+            return export_response(queryset.get())
+
+        @admin.action(description="Erase user data (account and content; usage kept anonymised)",
+                      permissions=("erase",))
+        def erase_user_data(self, request: HttpRequest, queryset: QuerySet[Any]) -> HttpResponse | None:
+            """After a confirmation page, erase each selected user (docs/data.md "Erasure"),
+            recorded with the staff member who ran it; one refused (running turn, legal hold,
+            oneself) is reported and the others go on."""
+            users = list(queryset.order_by("pk"))
+            if request.POST.get("confirm") != "yes":
+                context = {**self.admin_site.each_context(request), "opts": self.opts, "users": users,
+                           "title": "Erase user data", "action_checkbox_name": ACTION_CHECKBOX_NAME}
+                return TemplateResponse(request, "admin/jxai_app/erase_confirm.html", context)
+            for user in users:
+                if user.pk == request.user.pk:
+                    self.message_user(request, "You cannot erase your own account here.", messages.ERROR)
+                    continue
+                name = user.get_username()
+                try:
+                    erase_account(user, by=request.user)
+                except ProblemError as refused:
+                    self.message_user(request, f"{name}: {refused}", messages.ERROR)
+                    continue
+                self.message_user(request, f"{name}: data erased.", messages.SUCCESS)
+            return None
 
         def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
             fieldsets = super().get_fieldsets(request, obj)
@@ -712,3 +768,12 @@ if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_us
 
     admin.site.unregister(_user_model)
     admin.site.register(_user_model, JxaiUserAdmin)
+
+
+@admin.register(ErasureRecord)
+class ErasureRecordAdmin(ReadOnlyAdmin):
+    """Who erased which user's data and when (docs/data.md "Erasure"), read-only."""
+
+    list_display = ("erased_user_id", "self_service", "erased_by", "erased_at")
+    list_filter = ("self_service", "erased_at")
+    readonly_fields = ("erased_user_id", "self_service", "erased_by", "erased_at", "removed")

@@ -295,6 +295,18 @@ def get_page_limits() -> PageLimits:
     )
 
 
+def import_max_bytes() -> int:
+    """``JXAI_IMPORT_MAX_BYTES``: the largest file an import reads, and the most its ZIP members
+    may unpack to (default 32 MiB; docs/data.md "Import")."""
+    return int(settings.JXAI_IMPORT_MAX_BYTES)
+
+
+def retention_days() -> int:
+    """``JXAI_RETENTION_DAYS``: conversations idle longer are purged; 0 (the default): kept
+    forever (docs/data.md "Retention")."""
+    return max(0, int(settings.JXAI_RETENTION_DAYS))
+
+
 @dataclass(frozen=True, slots=True)
 class TurnTiming:
     """How a running turn survives faults (docs/turns.md), in seconds."""

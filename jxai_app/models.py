@@ -16,6 +16,7 @@ around them (API tokens, tool policies, limits, usage).
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
     McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
     ShareLink       a read-only snapshot of a conversation behind a hashed token (docs/data.md)
+    ErasureRecord   who erased which user's data and when (docs/data.md "Erasure")
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -120,6 +121,10 @@ class Conversation(models.Model):
     temporary = models.BooleanField(default=False)
     """A temporary chat: left out of the list and search, removed once idle longer than
     ``JXAI_TEMPORARY_CHAT_HOURS`` (docs/data.md "Temporary chats")."""
+    legal_hold = models.BooleanField(
+        default=False, help_text="Kept whatever the retention period, and not erased with its owner's data.")
+    """Set by staff in admin: retention never purges it and erasure refuses its owner (docs/data.md
+    "Retention", "Erasure")."""
 
     class Meta:
         ordering = ["-updated_at"]
@@ -452,8 +457,10 @@ class UsageLedger(models.Model):
     because the provider sent no usage, and ``estimated_cost_usd`` how much of the cost.
     """
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_usage")
-    """Whose usage."""
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                             related_name="jxai_usage")
+    """Whose usage; ``None`` once the user's data was erased (the row stays, anonymised, so cost
+    reports keep their totals: docs/data.md "Erasure")."""
     day = models.DateField()
     """The UTC day."""
     model = models.CharField(max_length=200, blank=True, default="")
@@ -702,3 +709,29 @@ class SignInEvent(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "sign-in event"
+
+
+class ErasureRecord(models.Model):
+    """One erasure of a user's data (docs/data.md "Erasure"): the user deleted their account,
+    or staff holding ``erase_user_data`` ran "Erase user data" in admin. It keeps no personal
+    data of the erased user: only the id their row had."""
+
+    erased_user_id = models.BigIntegerField()
+    """The primary key the erased user had (the row is gone)."""
+    erased_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    """Who ran it: a staff member, ``None`` when the user deleted their own account (or the
+    staff member's row is gone since)."""
+    self_service = models.BooleanField(default=False)
+    """True when the user deleted their own account from Settings."""
+    erased_at = models.DateTimeField(auto_now_add=True)
+    """When."""
+    removed = models.JSONField(default=dict)
+    """Rows removed per model label, e.g. ``{"jxai_app.Conversation": 3, …}``."""
+
+    class Meta:
+        ordering = ["-erased_at"]
+        permissions = [("erase_user_data", "Can erase a user's data")]
+
+    def __str__(self) -> str:
+        return f"erasure of user {self.erased_user_id} at {self.erased_at:%Y-%m-%d %H:%M}"

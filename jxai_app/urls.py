@@ -3,7 +3,7 @@ operator's endpoints (docs/operations.md)."""
 
 from django.urls import path
 
-from jxai_app import api, share_views, views
+from jxai_app import api, share_views, views, yourdata
 from jxai_app.ops import endpoints
 
 urlpatterns: list = [
@@ -13,6 +13,9 @@ urlpatterns: list = [
     path("ai/models", api.models, name="ai-models"),
     path("problems/", api.problem_index, name="problem-index"),
     path("problems/<slug:slug>", api.problem_page, name="problem"),
+    path("data/export", yourdata.data_export, name="data-export"),
+    path("data/import", yourdata.data_import_view, name="data-import"),
+    path("account/delete", yourdata.account_delete, name="account-delete"),
     path("metrics", endpoints.metrics_view, name="metrics"),
     path("healthz", endpoints.healthz, name="healthz"),
     path("readyz", endpoints.readyz, name="readyz"),

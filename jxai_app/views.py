@@ -14,6 +14,7 @@ import uuid
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from jxai_app import store
@@ -66,6 +67,8 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
         "customInstructionsMaxChars": get_page_limits().custom_instructions_max_chars,
         "feedbackCommentMaxChars": get_page_limits().feedback_comment_max_chars,
         "wsPath": WS_PATH,
+        "dataUrls": {"import": reverse("data-import"), "deleteAccount": reverse("account-delete"),
+                     "login": reverse("login")},
     }
     title = (current.title or "Conversation") if current else "New chat"
     return render(request, "jxai_app/chat.html", {"initial": initial, "page_title": title})

@@ -368,3 +368,7 @@ JXAI_OIDC_GROUPS = env_list("JXAI_OIDC_GROUPS", [])
 JXAI_OIDC_ALLOWED_DOMAINS = env_list("JXAI_OIDC_ALLOWED_DOMAINS", [])
 # 0 hides and refuses the password form of /accounts/login/ while SSO is on.
 JXAI_PASSWORD_LOGIN = env_bool("JXAI_PASSWORD_LOGIN", True)
+# Your data (docs/data.md): the largest import file, and how long idle conversations are kept
+# (empty or 0: forever; manage.py purge_conversations removes the older ones).
+JXAI_IMPORT_MAX_BYTES = int(os.environ.get("JXAI_IMPORT_MAX_BYTES", str(32 * 1024 * 1024)))
+JXAI_RETENTION_DAYS = int(os.environ.get("JXAI_RETENTION_DAYS") or "0")

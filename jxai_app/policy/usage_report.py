@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from django.db.models import F, QuerySet, Sum
 
-__all__ = ["CSV_COLUMNS", "DailySeries", "TopUser", "csv_text", "daily_by", "error_rate", "top_users"]
+__all__ = ["CSV_COLUMNS", "ERASED_USER", "DailySeries", "TopUser", "csv_text", "daily_by", "error_rate", "top_users"]
 
 OTHERS = "(others)"
 """The series that gathers everything past the largest few."""
@@ -42,7 +42,7 @@ def daily_by(rows: QuerySet[Any], *, group: str, measure: str, today: date, days
     Args:
         rows: ledger rows.
         group: ``"model"`` (the alias; ``(unknown)`` for rows without one) or ``"user"``
-            (the username).
+            (the username; :data:`ERASED_USER` for anonymised rows).
         measure: ``"tokens"`` (input + output) or ``"cost"`` (USD).
         most: the largest this many series by total are kept; the rest sum into ``(others)``.
 
@@ -56,12 +56,17 @@ def daily_by(rows: QuerySet[Any], *, group: str, measure: str, today: date, days
     index = {day: i for i, day in enumerate(window)}
     for label, day, total in (rows.filter(day__gte=window[0], day__lte=window[-1]).order_by()
                               .values(key, "day").annotate(total=value).values_list(key, "day", "total")):
-        sums.setdefault(str(label or "(unknown)"), [0.0] * days)[index[day]] += float(total or 0)
+        unnamed = "(unknown)" if group == "model" else ERASED_USER
+        sums.setdefault(str(label or unnamed), [0.0] * days)[index[day]] += float(total or 0)
     ranked = sorted(sums.items(), key=lambda item: -sum(item[1]))
     result = DailySeries(days=window, series=dict(ranked[:most]))
     if len(ranked) > most:
         result.series[OTHERS] = [sum(values[i] for _, values in ranked[most:]) for i in range(days)]
     return result
+
+
+ERASED_USER = "(erased user)"
+"""How reports name the user of an anonymised ledger row (docs/data.md "Erasure")."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ def top_users(rows: QuerySet[Any], *, today: date, days: int = 30, limit: int = 
     totals = (rows.filter(day__gte=start, day__lte=today).order_by().values("user__username")
               .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), cost=Sum("cost_usd"),
                         requests=Sum("requests")).order_by("-tokens", "user__username")[:limit])
-    return [TopUser(username=t["user__username"], tokens=int(t["tokens"] or 0), cost=Decimal(t["cost"] or 0),
+    return [TopUser(username=t["user__username"] or ERASED_USER, tokens=int(t["tokens"] or 0), cost=Decimal(t["cost"] or 0),
                     requests=int(t["requests"] or 0)) for t in totals]
 
 
@@ -110,7 +115,7 @@ def csv_text(rows: Iterable[Any]) -> str:
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     for row in rows:
-        name = str(row.user.get_username())
+        name = ERASED_USER if row.user is None else str(row.user.get_username())
         if name[:1] in ("=", "+", "-", "@"):
             name = "'" + name
         writer.writerow([row.day.isoformat(), name, row.model, row.input_tokens, row.output_tokens,

@@ -32,6 +32,11 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     approval_decide(*, user, conversation_id, call_id, approved, reason, timeout) -> Decided
     approvals_expire(*, timeout) -> [Decided]; approvals_stop(*, user, conversation_id) -> bool
 
+Your data (docs/data.md), from their modules: ``export.export_zip(user) -> ZIP pieces``,
+``dataimport.data_import(*, user, data) -> ImportReport``,
+``retention.conversations_purge(*, now, days, dry_run=False) -> [Purged]``,
+``erasure.account_erase(*, user, by=None) -> ErasureRecord``.
+
 A running turn writes through a :class:`TurnRecorder` (a few writes per round; see its module).
 """
 

@@ -31,7 +31,8 @@ def temporary_chats_purge(*, hours: float | None = None, now: datetime | None = 
 
     Last activity is the newest of the conversation's ``updated_at`` and its messages'
     ``updated_at``. A chat whose turn is running (``streaming``, or holding a ``turn_id``)
-    or waiting for an approval is never removed, however old: its turn ends first. The
+    or waiting for an approval is never removed, however old: its turn ends first; nor is one
+    staff put under a legal hold (docs/data.md "Retention"). The
     rows are locked while they are chosen, so a send that starts meanwhile waits or wins.
 
     Args:
@@ -43,14 +44,14 @@ def temporary_chats_purge(*, hours: float | None = None, now: datetime | None = 
         The ids of the chats removed (or that would be, with ``dry_run``).
     """
     limit = (now or timezone.now()) - timedelta(hours=conf.temporary_chat_hours() if hours is None else hours)
-    idle = (Conversation.objects.filter(temporary=True, turn_id__isnull=True)
+    idle = (Conversation.objects.filter(temporary=True, legal_hold=False, turn_id__isnull=True)
             .exclude(status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
             .annotate(active_at=Greatest("updated_at", Coalesce(Max("messages__updated_at"), "updated_at")))
             .filter(active_at__lt=limit))
     ids = list(idle.values_list("pk", flat=True))
     if ids and not dry_run:
         locked = list(Conversation.objects.select_for_update().filter(
-            pk__in=ids, turn_id__isnull=True, updated_at__lt=limit).exclude(
+            pk__in=ids, legal_hold=False, turn_id__isnull=True).exclude(
             status__in=[ConversationStatus.STREAMING, ConversationStatus.AWAITING_APPROVAL])
             .values_list("pk", flat=True))
         Conversation.objects.filter(pk__in=locked).delete()

@@ -10,7 +10,7 @@ import { ConversationList } from "./conversations.js";
 import { FeedbackControls, showFeedback } from "./feedback.js";
 import { Header } from "./header.js";
 import { SearchBox, messageFromHash } from "./search.js";
-import { SettingsDialog } from "./settings.js";
+import { DataControls, SettingsDialog } from "./settings.js";
 import { ShareDialog, ShareList } from "./sharing.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
@@ -92,6 +92,12 @@ const settings = new SettingsDialog(ui.settings, {
 new ShareDialog(ui.share, { current: () => state.currentId });
 const shareList = new ShareList({ list: $("share-list"), empty: $("share-list-empty") });
 ui.settings.open.addEventListener("click", () => shareList.load());
+new DataControls({ importInput: $("import-data"), importStatus: $("import-status"), deleteForm: $("delete-account-form"),
+  password: $("delete-account-password"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
+  importUrl: initial.dataUrls.import, deleteUrl: initial.dataUrls.deleteAccount, loginUrl: initial.dataUrls.login,
+  onImported: () => conversations.ask(null),
+  announce: (text) => announce(text),
+});
 
 new FeedbackControls(ui.transcript, {
   request: (frame) => connection.send(frame),

@@ -79,3 +79,85 @@ export class SettingsDialog {
     this.ui.status.dataset.kind = error ? "error" : "";
   }
 }
+
+/** The CSRF token Django put in the page's forms (the logout form has one). */
+function csrfToken() {
+  const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+  return input ? input.value : "";
+}
+
+/** The problem document's words, or a fallback (docs/api.md "Problem documents"). */
+async function problemText(response) {
+  try {
+    const body = await response.json();
+    const skipped = (body.skipped || []).map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
+    return [body.detail || body.title || `Failed (HTTP ${response.status}).`, ...skipped].join(" · ");
+  } catch {
+    return `Failed (HTTP ${response.status}).`;
+  }
+}
+
+/**
+ * Your data, in the settings dialog (docs/data.md): "Download my data" is a plain link; the
+ * import sends the chosen file to `importUrl`; "Delete my account" posts the password to
+ * `deleteUrl` and, once done, leaves for the login page.
+ * `ui`: {importInput, importStatus, deleteForm, password, deleteButton, deleteStatus}.
+ * Options: importUrl, deleteUrl, loginUrl, onImported() (refresh the list), announce(text).
+ */
+export class DataControls {
+  constructor(ui, { importUrl, deleteUrl, loginUrl, onImported, announce }) {
+    this.ui = ui;
+    ui.importInput.addEventListener("change", async () => {
+      const file = ui.importInput.files[0];
+      if (!file) return;
+      const body = new FormData();
+      body.append("file", file);
+      show(ui.importStatus, "Importing…");
+      ui.importInput.disabled = true;
+      try {
+        const response = await fetch(importUrl, { method: "POST", body, headers: { "X-CSRFToken": csrfToken() } });
+        if (!response.ok) {
+          show(ui.importStatus, await problemText(response), true);
+          return;
+        }
+        const report = await response.json();
+        const skipped = report.skipped.map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
+        const text = [`Imported ${report.imported.length} conversation(s).`,
+          ...(skipped.length ? [`Skipped ${skipped.length}:`, ...skipped] : [])].join(" ");
+        show(ui.importStatus, text, skipped.length > 0);
+        announce(text);
+        onImported();
+      } catch {
+        show(ui.importStatus, "The import did not reach the server; try again.", true);
+      } finally {
+        ui.importInput.disabled = false;
+        ui.importInput.value = "";
+      }
+    });
+    ui.deleteForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      ui.deleteButton.disabled = true;
+      show(ui.deleteStatus, "Deleting…");
+      try {
+        const response = await fetch(deleteUrl, {
+          method: "POST", headers: { "X-CSRFToken": csrfToken(), "Content-Type": "application/json" },
+          body: JSON.stringify({ password: ui.password.value }),
+        });
+        if (response.ok) {
+          window.location.assign(loginUrl);
+          return;
+        }
+        show(ui.deleteStatus, await problemText(response), true);
+      } catch {
+        show(ui.deleteStatus, "The request did not reach the server; try again.", true);
+      }
+      ui.deleteButton.disabled = false;
+    });
+  }
+}
+
+function show(element, text, error = false) {
+  element.textContent = text;
+  element.hidden = !text;
+  element.dataset.kind = error ? "error" : "";
+}

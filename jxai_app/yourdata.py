@@ -1,0 +1,94 @@
+"""Your data over HTTP (docs/data.md): ``GET /data/export`` (the ZIP, streamed),
+``POST /data/import`` (a file), ``POST /account/delete`` (with the password).
+
+Thin: the rules are :mod:`jxai_app.store.export`, :mod:`jxai_app.store.dataimport` and
+:mod:`jxai_app.web.erasure`. Refusals are ``application/problem+json`` (docs/api.md "Problem documents").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.contrib.auth import logout
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_POST, require_safe
+
+from jxai_app import conf
+from jxai_app.api import problem_response
+from jxai_app.core.errors import ProblemError
+from jxai_app.core.problems import problem
+from jxai_app.db import db_call
+from jxai_app.store.dataimport import data_import
+from jxai_app.store.export import export_filename, export_zip
+from jxai_app.web.erasure import erase_account
+
+__all__ = ["account_delete", "data_export", "data_import_view", "export_response"]
+
+
+async def _pieces(user: Any) -> AsyncIterator[bytes]:
+    """The export's ZIP bytes, each piece made in a database thread (:func:`export_zip`)."""
+    pieces = export_zip(user)
+    try:
+        while (piece := await db_call(next, pieces, None)) is not None:
+            if piece:
+                yield piece
+    finally:
+        pieces.close()
+
+
+def export_response(user: Any) -> StreamingHttpResponse:
+    """``user``'s export as a streamed ``application/zip`` download (also admin's per-user export)."""
+    return StreamingHttpResponse(_pieces(user), content_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{export_filename(user)}"', "Cache-Control": "no-store"})
+
+
+@require_safe
+@login_required
+async def data_export(request: HttpRequest) -> StreamingHttpResponse:
+    """Settings → "Download my data": the signed-in user's archive."""
+    return export_response(await request.auser())
+
+
+@require_POST
+@login_required
+def data_import_view(request: HttpRequest) -> HttpResponse:
+    """Settings → import: the ``file`` field, at most ``JXAI_IMPORT_MAX_BYTES``.
+
+    Answers ``{"imported": [{"id", "title", "messages"}], "skipped": [{"index", "title", "reason"}]}``,
+    or a problem: ``payload-too-large``, ``invalid-request`` (with ``skipped`` when nothing
+    could be imported)."""
+    upload = request.FILES.get("file")
+    if upload is None:
+        return problem_response(problem("invalid-request", "Choose a file to import (form field 'file')."))
+    limit = conf.import_max_bytes()
+    if upload.size is None or upload.size > limit:
+        return problem_response(problem("payload-too-large", f"An import file may be at most {limit} bytes; "
+                                        "nothing was imported."))
+    try:
+        report = data_import(user=request.user, data=upload.read())
+    except ProblemError as refused:
+        return problem_response(refused.problem)
+    return JsonResponse({"imported": report.imported, "skipped": report.skipped},
+                        json_dumps_params={"ensure_ascii": False})
+
+
+@require_POST
+@login_required
+def account_delete(request: HttpRequest) -> HttpResponse:
+    """Settings → "Delete my account": ``{"password"}`` as JSON. The account and its content
+    go, the session ends (``{"deleted": true}``); a wrong password is ``forbidden``."""
+    try:
+        password = json.loads(request.body or b"{}").get("password")
+    except (ValueError, AttributeError):
+        password = None
+    if not isinstance(password, str) or not request.user.check_password(password):
+        return problem_response(problem("forbidden", "That is not your password; nothing was deleted."))
+    try:
+        erase_account(request.user)
+    except ProblemError as refused:
+        return problem_response(refused.problem)
+    logout(request)
+    return JsonResponse({"deleted": True})

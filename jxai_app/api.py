@@ -93,7 +93,7 @@ async def _accept(request: HttpRequest) -> tuple[gateway.ChatRequest, gateway.Se
         if caller is None:  # a configured model: the caller's groups must allow it
             granted.check_model(upstream.model)
         budget = await db_request(TurnBudget.admit, principal.user, prompt_tokens=gateway.prompt_estimate(chat_request),
-                                  model=upstream.model)
+                                  model=upstream.model, granted=granted)
     except BaseException:
         await upstream.aclose()
         raise

@@ -48,7 +48,7 @@ from django.db import transaction
 from jxai_app import conf
 from jxai_app.models import TurnAdmission
 from jxai_app.policy import reservations
-from jxai_app.policy.entitlements import entitlements_for
+from jxai_app.policy.entitlements import Entitlements, entitlements_for
 from jxai_app.policy import usage as ledger
 from jxai_app.policy.cost import request_cost
 from jxai_app.core.errors import ProblemError
@@ -84,11 +84,12 @@ class Allowance:
     """USD per UTC day."""
 
 
-def allowance_for(user: Any) -> Allowance:
+def allowance_for(user: Any, granted: Entitlements | None = None) -> Allowance:
     """The user's effective rate limit and quotas: their ``UserLimits`` row, else the most
     generous of their groups', else the settings (:func:`jxai_app.policy.entitlements.entitlements_for`;
-    docs/security.md "Group entitlements")."""
-    granted = entitlements_for(user)
+    docs/security.md "Group entitlements"). ``granted``: the user's entitlements read already
+    (no query)."""
+    granted = entitlements_for(user) if granted is None else granted
     return Allowance(turns_per_minute=granted.turns_per_minute, tokens_per_day=granted.tokens_per_day,
                      cost_per_day=granted.cost_per_day)
 
@@ -206,7 +207,8 @@ def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
                          retry_after=retry)
 
 
-def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID | None = None) -> int | None:
+def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID | None = None,
+                       granted: Entitlements | None = None) -> int | None:
     """Admit one model request for ``user`` or refuse it; an admitted one counts toward the
     minute and holds its reservation against the day's tokens.
 
@@ -227,6 +229,7 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
         user: the requesting user.
         prompt_tokens: the request's prompt estimate (:func:`jxai_app.core.tokens.estimate_tokens`).
         turn_id: the websocket turn the reservation belongs to (``None`` for ``/ai/chat``).
+        granted: the user's entitlements when the caller read them already (:func:`allowance_for`).
 
     Returns:
         The reservation's id (settle it with :func:`jxai_app.policy.reservations.settle`, or
@@ -245,7 +248,7 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
     reservation: int | None = None
     # No savepoint, and a refusal raised outside the block: the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
-        allowance = allowance_for(user)
+        allowance = allowance_for(user, granted)
         tokens, turns = allowance.tokens_per_day > 0, allowance.turns_per_minute > 0
         if tokens or turns or allowance.cost_per_day > 0:
             lock_user(user)

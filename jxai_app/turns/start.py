@@ -101,7 +101,7 @@ def _prepare(user: Any, save: Save, alias: str | None, new_conversation: bool, a
         model = requested or _model(turn.model, fallback=True)
         granted.check_model(model.alias)  # refused: the save is rolled back (docs/security.md "Group entitlements")
         budget = TurnBudget.admit(user, prompt_tokens=turn.prompt_tokens + estimate_tokens(prompt),
-                                  turn_id=turn.turn_id, model=turn.model)
+                                  turn_id=turn.turn_id, model=turn.model, granted=granted)
         if turn.abandoned is not None:  # a dead turn the start recovered: its prompt was spent
             forfeit(turn.abandoned.turn_id, model=turn.abandoned.model)
     return _plan(user, turn, model, prompt, budget, announce=announce)

@@ -5,7 +5,8 @@ row and the settings (docs/security.md "Group entitlements").
 The one place of the rule; the rate limit and the quotas
 (:func:`jxai_app.policy.ratelimit.allowance_for`, so the quota reservations and the turn
 budget too), the start of a turn, ``POST /ai/chat``, ``GET /ai/models``, the chat page's model
-picker, the stored-files quota and admin all read it through :func:`entitlements_for`.
+picker and admin all read it through :func:`entitlements_for`, and the stored-files quota
+reads its ``storage_bytes_per_user`` there too.
 
 - **Limits** (turns per minute, tokens per day, cost per day, stored bytes per user), each
   on its own: the user's ``UserLimits`` value when it is set (not ``None``); otherwise the

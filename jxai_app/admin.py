@@ -738,11 +738,11 @@ if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_us
             """One user's effective models, limits and tools on one page: the rules the turns
             apply (:func:`jxai_app.policy.entitlements.entitlements_for`, and the tool policies'
             :func:`jxai_app.tools.policy.tool_view_for`)."""
+            if not self.has_view_or_change_permission(request):  # before the lookup: no oracle of ids
+                raise PermissionDenied
             user = self.get_object(request, unquote(object_id))
             if user is None:
                 raise Http404("No such user.")
-            if not self.has_view_or_change_permission(request, user):
-                raise PermissionDenied
             context = {**self.admin_site.each_context(request), "opts": self.opts, "original": user,
                        "title": f"Entitlements of {user.get_username()}", **effective_entitlements(user)}
             return TemplateResponse(request, "admin/jxai_app/user_entitlements.html", context)

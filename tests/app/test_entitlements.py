@@ -174,7 +174,7 @@ async def test_another_model_is_refused_on_every_way_in_before_the_provider(
 # -- admin and the command -----------------------------------------------------------------
 @pytest.mark.django_db
 def test_admin_edits_a_groups_entitlements_inline_and_shows_a_users_effective_ones(
-        admin_client: Client, user: Any, fake: FakeProvider) -> None:
+        admin_client: Client, user: Any, django_user_model: Any, fake: FakeProvider) -> None:
     group = Group.objects.create(name="interns")
     user.groups.add(group)
     page = admin_client.get(f"/admin/auth/group/{group.pk}/change/")
@@ -203,6 +203,12 @@ def test_admin_edits_a_groups_entitlements_inline_and_shows_a_users_effective_on
     assert page.context["tools"] and 'data-tool="' in html  # the built-in tools, by the tool policies
     user_page = admin_client.get(f"/admin/auth/user/{user.pk}/change/").content.decode()
     assert f"/admin/auth/user/{user.pk}/entitlements/" in user_page
+
+    staff = Client()
+    staff.force_login(django_user_model.objects.create_user("bob", is_staff=True))  # no permission on users
+    assert staff.get(f"/admin/auth/user/{user.pk}/entitlements/").status_code == 403
+    assert staff.get("/admin/auth/user/999999/entitlements/").status_code == 403  # the same for a missing one
+    assert admin_client.get("/admin/auth/user/999999/entitlements/").status_code == 404
 
 
 @pytest.mark.django_db

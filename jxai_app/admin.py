@@ -1,5 +1,6 @@
 """Django admin: conversations for staff review, API tokens, tool policies, user limits,
-per-user usage, and the registered-tools page (docs/architecture.md "Admin"; who sees what:
+per-user usage, group entitlements (inline on the group page) with each user's effective
+entitlements page, and the registered-tools page (docs/architecture.md "Admin"; who sees what:
 docs/security.md, threats 1b, 2, 7a, 7b).
 
 Message content (the messages and calls inline, the transcript page, the export action,
@@ -16,15 +17,18 @@ import datetime
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth import get_user_model
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.auth.admin import UserAdmin
+from django.contrib.admin.utils import unquote
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -33,10 +37,11 @@ from django.utils.html import format_html, format_html_join
 
 from jxai_app import conf
 from jxai_app.policy import audit, ratelimit, tokens, usage_report
-from jxai_app.core.errors import ProblemError
+from jxai_app.policy.entitlements import LIMITS, entitlements_for
+from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.models import (
-    ApiToken, Conversation, ErasureRecord, FeedbackRating, McpServer, Message, MessageFeedback, Note, ShareLink,
-    SignInEvent, SsoIdentity, ToolPolicy, UsageLedger, UserLimits, UserSettings,
+    ApiToken, Conversation, ErasureRecord, FeedbackRating, GroupEntitlements, McpServer, Message, MessageFeedback,
+    Note, ShareLink, SignInEvent, SsoIdentity, ToolPolicy, UsageLedger, UserLimits, UserSettings,
 )
 from jxai_app.store import active_path, conversations_export
 from jxai_app.store.feedback import feedback_of
@@ -700,6 +705,72 @@ class UsageLedgerAdmin(ReadOnlyAdmin):
         return charts
 
 
+def effective_entitlements(user: Any) -> dict[str, Any]:
+    """The user entitlements page's data: ``models`` (the allowed configured ones, with the
+    user's default), ``models_source``, ``limits`` (:meth:`~jxai_app.policy.entitlements.Entitlements.limit_rows`), ``tools`` (name,
+    description, whether each call waits for approval) and ``groups`` (the user's group names),
+    plus ``error`` when the model or tool configuration cannot be loaded."""
+    granted = entitlements_for(user)
+    error, models = "", []
+    try:
+        models = granted.listing(conf.get_model_registry())
+    except ConfigurationError as exc:
+        error = f"The model configuration is unusable: {exc}"
+    try:
+        view = toolpolicy.tool_view_for(user, get_tool_registry())
+        tools = [{"name": d.name, "description": d.description, "approval": view.requires_approval(d.name)}
+                 for d in view.list()]
+    except Exception as exc:  # a misconfigured tool module must not break admin
+        tools, error = [], f"The tool registry could not be loaded: {exc}"
+    return {"models": models, "models_source": granted.sources["models"], "limits": granted.limit_rows(),
+            "tools": tools, "groups": list(user.groups.order_by("name").values_list("name", flat=True)),
+            "error": error}
+
+
+class GroupEntitlementsForm(forms.ModelForm):
+    """The inline's form: the model aliases as boxes to tick (the configured ones, and any
+    stored one no longer configured, marked so)."""
+
+    model_aliases = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Models",
+        help_text="The models members may use; none ticked = every configured model.")
+
+    class Meta:
+        model = GroupEntitlements
+        fields = ("model_aliases", *LIMITS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            configured = conf.get_model_registry().aliases()
+        except ConfigurationError:
+            configured = []
+        stored = [alias for alias in (self.instance.model_aliases or []) if alias not in configured]
+        self.fields["model_aliases"].choices = [*((a, a) for a in configured),
+                                                *((a, f"{a} (not configured)") for a in stored)]
+
+
+class GroupEntitlementsInline(admin.StackedInline):
+    """A group's entitlements on Django's group page (docs/security.md "Group entitlements")."""
+
+    model = GroupEntitlements
+    form = GroupEntitlementsForm
+    max_num = 1
+    can_delete = True
+    verbose_name_plural = "jxai entitlements"
+
+
+if admin.site.is_registered(Group) and type(admin.site.get_model_admin(Group)) is GroupAdmin:
+    # Only Django's own group admin is extended; a project's custom one is left alone.
+    class JxaiGroupAdmin(GroupAdmin):
+        """Django's group admin with the group's jxai entitlements inline."""
+
+        inlines = (*GroupAdmin.inlines, GroupEntitlementsInline)
+
+    admin.site.unregister(Group)
+    admin.site.register(Group, JxaiGroupAdmin)
+
+
 def _from_timestamp(seconds: float | None) -> datetime.datetime | None:
     return None if seconds is None else datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
 
@@ -717,7 +788,7 @@ if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_us
         its declared filters (``?password__startswith=`` would read password hashes)."""
 
         list_display = (*UserAdmin.list_display, "jxai_usage")
-        readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage")
+        readonly_fields = (*UserAdmin.readonly_fields, "jxai_usage", "jxai_entitlements")
         actions = ("export_user_data", "erase_user_data")
 
         def has_read_content_permission(self, request: HttpRequest) -> bool:
@@ -760,11 +831,34 @@ if admin.site.is_registered(_user_model) and type(admin.site.get_model_admin(_us
 
         def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
             fieldsets = super().get_fieldsets(request, obj)
-            return fieldsets if obj is None else (*fieldsets, ("jxai", {"fields": ("jxai_usage",)}))
+            return fieldsets if obj is None else (*fieldsets, ("jxai", {"fields": ("jxai_usage", "jxai_entitlements")}))
 
         @admin.display(description="jxai usage")
         def jxai_usage(self, user: Any) -> str:
             return _usage_link(user)
+
+        @admin.display(description="jxai entitlements")
+        def jxai_entitlements(self, user: Any) -> str:
+            url = reverse("admin:jxai_app_user_entitlements", args=[user.pk])
+            return format_html('<a href="{}">effective models, limits and tools</a>', url)
+
+        def get_urls(self) -> list[URLPattern]:
+            page = path("<path:object_id>/entitlements/", self.admin_site.admin_view(self.entitlements_view),
+                        name="jxai_app_user_entitlements")
+            return [page, *super().get_urls()]
+
+        def entitlements_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+            """One user's effective models, limits and tools on one page: the rules the turns
+            apply (:func:`jxai_app.policy.entitlements.entitlements_for`, and the tool policies'
+            :func:`jxai_app.tools.policy.tool_view_for`)."""
+            if not self.has_view_or_change_permission(request):  # before the lookup: no oracle of ids
+                raise PermissionDenied
+            user = self.get_object(request, unquote(object_id))
+            if user is None:
+                raise Http404("No such user.")
+            context = {**self.admin_site.each_context(request), "opts": self.opts, "original": user,
+                       "title": f"Entitlements of {user.get_username()}", **effective_entitlements(user)}
+            return TemplateResponse(request, "admin/jxai_app/user_entitlements.html", context)
 
     admin.site.unregister(_user_model)
     admin.site.register(_user_model, JxaiUserAdmin)

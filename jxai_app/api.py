@@ -11,6 +11,7 @@ caller-supplied provider URLs) and :data:`address_blocked` (the address policy).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Callable, Mapping
@@ -28,6 +29,7 @@ from jxai_app.core import gateway
 from jxai_app.turns import observe
 from jxai_app.db import db_call, db_request
 from jxai_app.policy.budget import TurnBudget
+from jxai_app.policy.entitlements import entitlements_for
 
 from jxai_app.core import ssrf
 from jxai_app.core.errors import ConfigurationError, ProblemError
@@ -79,13 +81,19 @@ async def _accept(request: HttpRequest) -> tuple[gateway.ChatRequest, gateway.Se
     body = gateway.read_body(request.read, limits.max_body_bytes)
     chat_request = gateway.parse_chat_request(body, max_messages=limits.max_messages,
                                               max_message_chars=limits.max_message_chars)
-    upstream = gateway.select_client(chat_request, caller, registry=conf.get_model_registry(),
+    registry = conf.get_model_registry()
+    granted = await db_request(entitlements_for, principal.user)
+    if caller is None and not chat_request.model:  # the caller's own default (docs/security.md "Group entitlements")
+        chat_request = dataclasses.replace(chat_request, model=granted.default_alias(registry))
+    upstream = gateway.select_client(chat_request, caller, registry=registry,
                                      timeouts=conf.get_client_timeouts(),
                                      retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
                                      secrets=conf.stream_secrets())
     try:
+        if caller is None:  # a configured model: the caller's groups must allow it
+            granted.check_model(upstream.model)
         budget = await db_request(TurnBudget.admit, principal.user, prompt_tokens=gateway.prompt_estimate(chat_request),
-                                  model=upstream.model)
+                                  model=upstream.model, granted=granted)
     except BaseException:
         await upstream.aclose()
         raise
@@ -159,7 +167,8 @@ async def _conversation_chat(request: HttpRequest, conversation: str) -> HttpRes
 
 
 async def models(request: HttpRequest) -> HttpResponse:
-    """``GET /ai/models``: the configured models, always 200 JSON (docs/api.md "`GET /ai/models`").
+    """``GET /ai/models``: the configured models the caller may use (a signed-in session or a
+    token; anonymous: every one), always 200 JSON (docs/api.md "`GET /ai/models`").
 
     Body ``{"configured": true, "default": "<alias>", "models": [{"alias", "label",
     "context_window", "supports_tools", "default"}, …]}``; no keys, URLs or provider ids.
@@ -169,9 +178,14 @@ async def models(request: HttpRequest) -> HttpResponse:
     if request.method not in ("GET", "HEAD"):
         return _method_not_allowed("GET")
     try:
+        principal: authn.Principal | None = await authn.authenticate(request)
+    except ProblemError:  # no login needed: an anonymous probe sees every configured model
+        principal = None
+    try:
         registry = conf.get_model_registry()
-        body: dict[str, Any] = {"configured": True, "default": registry.default_alias,
-                                "models": registry.public_listing()}
+        granted = await db_request(entitlements_for, principal.user) if principal else entitlements_for(None)
+        body: dict[str, Any] = {"configured": True, "default": granted.default_alias(registry),
+                                "models": granted.listing(registry)}
     except ConfigurationError:
         logger.exception("ai/models: the model configuration is unusable")
         body = {"configured": False, "default": None, "models": [],

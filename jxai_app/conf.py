@@ -413,6 +413,13 @@ def cost_per_day() -> Decimal:
     return value
 
 
+def storage_per_user_bytes() -> int:
+    """``JXAI_STORAGE_PER_USER_BYTES``: the bytes of stored files each user may keep (0 =
+    unlimited, the default while no setting names it), before group entitlements
+    (docs/security.md "Group entitlements")."""
+    return max(0, int(getattr(settings, "JXAI_STORAGE_PER_USER_BYTES", 0) or 0))
+
+
 def db_threads() -> int:
     """``JXAI_DB_THREADS``: the worker's database threads (default 8), so at most that many
     connections per worker are in use at once (docs/operations.md "Database connections")."""

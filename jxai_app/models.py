@@ -17,6 +17,8 @@ around them (API tokens, tool policies, limits, usage).
     McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
     ShareLink       a read-only snapshot of a conversation behind a hashed token (docs/data.md)
     ErasureRecord   who erased which user's data and when (docs/data.md "Erasure")
+    SsoIdentity, SignInEvent  a provider account linked to a user; the sign-in audit (docs/sso.md)
+    GroupEntitlements  a Django group's models and limits (rules in jxai_app.policy.entitlements)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -735,3 +737,41 @@ class ErasureRecord(models.Model):
 
     def __str__(self) -> str:
         return f"erasure of user {self.erased_user_id} at {self.erased_at:%Y-%m-%d %H:%M}"
+
+
+class GroupEntitlements(models.Model):
+    """What the members of one Django group may use: model aliases and limits, edited inline on
+    the group's admin page (docs/security.md "Group entitlements"). Each limit: ``None`` (empty
+    in admin) = this group does not set it, ``0`` = unlimited; a member's effective limit is
+    the most generous of their groups' unless their :class:`UserLimits` row sets it
+    (:mod:`jxai_app.policy.entitlements`)."""
+
+    group = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="jxai_entitlements")
+    """The group these entitlements apply to."""
+    model_aliases = models.JSONField(
+        default=list, blank=True,
+        help_text="The model aliases members may use; none ticked = every configured model.")
+    """Aliases (strings) the members may use; empty = every configured model."""
+    turns_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most turns a member starts in any 60 s. Empty = not set by this group; "
+                                         "0 = unlimited.")
+    """Most turns per member per rolling minute; ``None`` = not set here, 0 = no limit."""
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Most tokens (input + output) per member per UTC day. Empty = not set "
+                                         "by this group; 0 = unlimited.")
+    """Most tokens per member per UTC day; ``None`` = not set here, 0 = no limit."""
+    cost_per_day = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(0)],
+        help_text="Most spend in USD per member per UTC day. Empty = not set by this group; 0 = unlimited.")
+    """Most cost in USD per member per UTC day; ``None`` = not set here, 0 = no limit."""
+    storage_bytes_per_user = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Most bytes of stored files per member. Empty = not set by this group; "
+                                         "0 = unlimited.")
+    """Most bytes of stored files per member; ``None`` = not set here, 0 = no limit."""
+
+    class Meta:
+        verbose_name = "group entitlements"
+        verbose_name_plural = "group entitlements"
+
+    def __str__(self) -> str:
+        return f"entitlements of {self.group}"

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_safe
 from jxai_app import store
 from jxai_app.conf import get_limits, get_model_registry, get_page_limits
 from jxai_app.core.errors import ConfigurationError, ProblemError
+from jxai_app.policy.entitlements import entitlements_for
 from jxai_app.store.serializers import conversation_dict, conversation_dicts
 
 __all__ = ["chat"]
@@ -46,8 +47,8 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
             raise Http404("Conversation not found.") from None
     try:
         registry = get_model_registry()
-        models = registry.public_listing()
-        default_model = registry.default_alias
+        granted = entitlements_for(request.user)  # only the models the user's groups allow
+        models, default_model = granted.listing(registry), granted.default_alias(registry) or ""
     except ConfigurationError:
         # A broken model configuration must not hide the page: the socket reports it per turn.
         models, default_model = [], ""

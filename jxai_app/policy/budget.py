@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from django.db import transaction
 
 from jxai_app.policy import ratelimit, reservations
+from jxai_app.policy.entitlements import Entitlements
 
 __all__ = ["TurnBudget", "forfeit"]
 
@@ -52,18 +53,21 @@ class TurnBudget:
 
     @classmethod
     def admit(cls, user: Any, *, prompt_tokens: int, turn_id: uuid.UUID | None = None,
-              model: str = "") -> TurnBudget:
+              model: str = "", granted: Entitlements | None = None) -> TurnBudget:
         """Admit a new turn (or ``/ai/chat`` request) and reserve its first round, in the
         caller's transaction (:func:`jxai_app.policy.ratelimit.check_turn_allowed`).
 
         Args:
             prompt_tokens: the first request's prompt estimate (history and system prompt).
+            granted: the user's entitlements when the caller read them already (its model
+                check did: docs/security.md "Group entitlements"), so they are not read again.
 
         Raises:
             ProblemError: ``quota-exceeded`` or ``rate-limited`` (429, with ``retry_after``);
                 nothing was written.
         """
-        reservation = ratelimit.check_turn_allowed(user, prompt_tokens=prompt_tokens, turn_id=turn_id)
+        reservation = ratelimit.check_turn_allowed(user, prompt_tokens=prompt_tokens, turn_id=turn_id,
+                                                   granted=granted)
         return cls(user, turn_id=turn_id, model=model, reservation=reservation, prepaid_rounds=1)
 
     @classmethod

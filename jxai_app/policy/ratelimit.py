@@ -7,8 +7,10 @@ with the usage it reported (or an estimate, marked as such). Both are sync: asyn
 run them through :func:`jxai_app.db.db_call`.
 
 Allowances come from settings (``JXAI_TURNS_PER_MINUTE``, ``JXAI_TOKENS_PER_DAY`` through
-:func:`jxai_app.conf.get_limits`, ``JXAI_COST_PER_DAY`` through :func:`jxai_app.conf.cost_per_day`), overridden per user by a :class:`~jxai_app.models.UserLimits`
-row (``None`` = the default). **0 means no limit**, in settings and overrides alike.
+:func:`jxai_app.conf.get_limits`, ``JXAI_COST_PER_DAY`` through :func:`jxai_app.conf.cost_per_day`), overridden by the user's groups'
+:class:`~jxai_app.models.GroupEntitlements` and their own :class:`~jxai_app.models.UserLimits` row
+(``None`` = not set; the rule: :mod:`jxai_app.policy.entitlements`). **0 means no limit**, in
+settings and overrides alike.
 
 Storage is the database, which every worker process already shares (SQLite file or
 PostgreSQL), so both figures are exact with any number of workers and survive restarts.
@@ -44,8 +46,9 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from jxai_app import conf
-from jxai_app.models import TurnAdmission, UserLimits
+from jxai_app.models import TurnAdmission
 from jxai_app.policy import reservations
+from jxai_app.policy.entitlements import Entitlements, entitlements_for
 from jxai_app.policy import usage as ledger
 from jxai_app.policy.cost import request_cost
 from jxai_app.core.errors import ProblemError
@@ -81,19 +84,14 @@ class Allowance:
     """USD per UTC day."""
 
 
-def allowance_for(user: Any) -> Allowance:
-    """Settings defaults with the user's :class:`~jxai_app.models.UserLimits` overrides applied."""
-    limits = conf.get_limits()
-    row = UserLimits.objects.filter(user_id=user.pk).values("turns_per_minute", "tokens_per_day",
-                                                            "cost_per_day").first() or {}
-    turns = row.get("turns_per_minute")
-    tokens = row.get("tokens_per_day")
-    cost = row.get("cost_per_day")
-    return Allowance(
-        turns_per_minute=int(limits.turns_per_minute if turns is None else turns),
-        tokens_per_day=int(limits.tokens_per_day if tokens is None else tokens),
-        cost_per_day=conf.cost_per_day() if cost is None else Decimal(cost),
-    )
+def allowance_for(user: Any, granted: Entitlements | None = None) -> Allowance:
+    """The user's effective rate limit and quotas: their ``UserLimits`` row, else the most
+    generous of their groups', else the settings (:func:`jxai_app.policy.entitlements.entitlements_for`;
+    docs/security.md "Group entitlements"). ``granted``: the user's entitlements read already
+    (no query)."""
+    granted = entitlements_for(user) if granted is None else granted
+    return Allowance(turns_per_minute=granted.turns_per_minute, tokens_per_day=granted.tokens_per_day,
+                     cost_per_day=granted.cost_per_day)
 
 
 def now() -> datetime:
@@ -209,7 +207,8 @@ def _rate_limited(user: Any, limit: int, now: datetime) -> ProblemError:
                          retry_after=retry)
 
 
-def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID | None = None) -> int | None:
+def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID | None = None,
+                       granted: Entitlements | None = None) -> int | None:
     """Admit one model request for ``user`` or refuse it; an admitted one counts toward the
     minute and holds its reservation against the day's tokens.
 
@@ -230,6 +229,7 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
         user: the requesting user.
         prompt_tokens: the request's prompt estimate (:func:`jxai_app.core.tokens.estimate_tokens`).
         turn_id: the websocket turn the reservation belongs to (``None`` for ``/ai/chat``).
+        granted: the user's entitlements when the caller read them already (:func:`allowance_for`).
 
     Returns:
         The reservation's id (settle it with :func:`jxai_app.policy.reservations.settle`, or
@@ -248,7 +248,7 @@ def check_turn_allowed(user: Any, *, prompt_tokens: int = 0, turn_id: uuid.UUID 
     reservation: int | None = None
     # No savepoint, and a refusal raised outside the block: the caller's transaction stays usable.
     with transaction.atomic(savepoint=False):
-        allowance = allowance_for(user)
+        allowance = allowance_for(user, granted)
         tokens, turns = allowance.tokens_per_day > 0, allowance.turns_per_minute > 0
         if tokens or turns or allowance.cost_per_day > 0:
             lock_user(user)

@@ -4,8 +4,9 @@ Send, edit, regenerate, retry and resume (after an approval) each prepare a :cla
 in **one database hop**: one transaction saves the turn's start (the store's
 :func:`~jxai_app.store.message_send` or :func:`~jxai_app.store.answer_regenerate`; a retry
 first drops the failed exchange, :func:`~jxai_app.store.message_retry`) and admits its
-budget (:meth:`jxai_app.policy.budget.TurnBudget.admit`), so a refused or failed start saves
-nothing and never contacts the provider; the same hop reads the turn's tools, system prompt
+budget (:meth:`jxai_app.policy.budget.TurnBudget.admit`) after checking that the user's groups
+may use the turn's model (docs/security.md "Group entitlements"), so a refused or failed start
+saves nothing and never contacts the provider; the same hop reads the turn's tools, system prompt
 and MCP configuration, and for a new branch the snapshot its tabs get first. The caller
 then follows the conversation (a socket, an HTTP request) and calls :func:`launch`, which
 starts the turn's runner: nothing calls back into the caller, and the caller misses no frame.
@@ -26,6 +27,7 @@ from jxai_app.core.providers import ModelConfig
 from jxai_app.core.tokens import estimate_tokens
 from jxai_app.db import db_request
 from jxai_app.policy.budget import TurnBudget, forfeit
+from jxai_app.policy.entitlements import entitlements_for
 from jxai_app.tools import mcp as mcp_tools
 from jxai_app.tools.offer import tool_view
 from jxai_app.turns.frames import snapshot_of
@@ -90,15 +92,19 @@ def _plan(user: Any, turn: store.TurnStart, model: ModelConfig, prompt: str, bud
 def _prepare(user: Any, save: Save, alias: str | None, new_conversation: bool, announce: bool) -> TurnPlan:
     """The start's hop (module docstring). Sync: runs in a database thread."""
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
+    granted = entitlements_for(user)
     requested = _model(alias, fallback=False) if alias else None
-    new_model = requested or (_model(None, fallback=False) if new_conversation else None)
+    new_model = requested or (_model(granted.default_alias(conf.get_model_registry()), fallback=False)
+                              if new_conversation else None)
     with transaction.atomic():
         turn = save(model=None if new_model is None else new_model.alias, lease=conf.get_turn_timing().lease)
+        model = requested or _model(turn.model, fallback=True)
+        granted.check_model(model.alias)  # refused: the save is rolled back (docs/security.md "Group entitlements")
         budget = TurnBudget.admit(user, prompt_tokens=turn.prompt_tokens + estimate_tokens(prompt),
-                                  turn_id=turn.turn_id, model=turn.model)
+                                  turn_id=turn.turn_id, model=turn.model, granted=granted)
         if turn.abandoned is not None:  # a dead turn the start recovered: its prompt was spent
             forfeit(turn.abandoned.turn_id, model=turn.abandoned.model)
-    return _plan(user, turn, requested or _model(turn.model, fallback=True), prompt, budget, announce=announce)
+    return _plan(user, turn, model, prompt, budget, announce=announce)
 
 
 def _resend(*, user: Any, conversation_id: Any, model: str | None, lease: float) -> store.TurnStart:
@@ -145,7 +151,8 @@ async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | No
         go to every follower, on every worker.
 
     Raises:
-        ProblemError: ``invalid-request`` (blank text, unknown model), ``payload-too-large``,
+        ProblemError: ``invalid-request`` (blank text, unknown model), ``forbidden`` (a model the
+            user's groups may not use), ``payload-too-large``,
             ``not-found`` (missing or foreign conversation), ``quota-exceeded`` /
             ``rate-limited`` (with ``retry_after``; nothing saved, the provider not
             contacted), ``conflict`` (a turn already runs in it, on any worker),

@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Group
 from django.core.asgi import get_asgi_application
 from django.db.models import Sum
 
 from jxai_app.core.gateway import ChatRequest, prompt_estimate
-from jxai_app.models import Conversation, Message, TokenReservation, UsageLedger, UserLimits
+from jxai_app.models import Conversation, GroupEntitlements, Message, TokenReservation, UsageLedger, UserLimits
 from jxai_app.policy import ratelimit, reservations
 from jxai_app.policy.budget import TurnBudget
 from jxai_app.store import estimate_tokens, message_send
@@ -72,12 +73,29 @@ async def _admitted_or_refused(tab: Tab) -> dict[str, Any]:
     return await tab.until(lambda f: f["type"] == "error" or f["type"] == "conversation")
 
 
-async def test_parallel_sends_with_little_quota_left_admit_only_what_fits(
-    user: Any, fake: FakeProvider, hub: Any
-) -> None:
+async def quota_of_the_user(user: Any) -> None:
+    """The 10,000 tokens a day come from the user's own ``UserLimits`` row."""
     await UserLimits.objects.acreate(user=user, tokens_per_day=10_000, turns_per_minute=0)
+
+
+async def quota_of_a_group(user: Any) -> None:
+    """The 10,000 tokens a day come from the most generous of the user's groups
+    (docs/security.md "Group entitlements"); the user has no ``UserLimits`` row."""
+    for name, tokens in (("interns", 10_000), ("visitors", 2_000)):
+        group = await Group.objects.acreate(name=name)
+        await GroupEntitlements.objects.acreate(group=group, tokens_per_day=tokens, turns_per_minute=0)
+        await user.groups.aadd(group)
+
+
+@pytest.mark.parametrize(("grant", "sends"), [(quota_of_the_user, 12), (quota_of_a_group, 30)],
+                         ids=["user-limits", "group-entitlements"])
+async def test_parallel_sends_with_little_quota_left_admit_only_what_fits(
+    user: Any, fake: FakeProvider, hub: Any, grant: Any, sends: int
+) -> None:
+    await grant(user)
+    assert (await sync_to_async(ratelimit.allowance_for)(user)).tokens_per_day == 10_000
     await sync_to_async(ratelimit.record_usage)(user, {"inputTokens": 9_000, "outputTokens": 0}, estimated=False)
-    texts = [f"Question {n:02d}?" for n in range(12)]
+    texts = [f"Question {n:02d}?" for n in range(sends)]
     need = reservations.size(first_prompt(texts[0]))
     fits = 1_000 // need
     assert 1 <= fits < len(texts)

@@ -15,6 +15,7 @@ around them (API tokens, tool policies, limits, usage).
     TokenReservation  tokens held against the daily quota by requests still running (jxai_app.policy.reservations)
     TurnAdmission   turns admitted in the last minute, per user (jxai_app.policy.ratelimit)
     McpServer       an MCP server whose tools the assistant may use (docs/mcp.md)
+    Attachment      a file uploaded for a user message (docs/attachments.md)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -597,3 +598,54 @@ class McpServer(models.Model):
             self.to_config()
         except (ConfigurationError, TypeError, ValueError) as exc:
             raise ValidationError(str(exc)) from None
+
+
+class Attachment(models.Model):
+    """A file a user uploaded for a message (docs/attachments.md "Rows"): unclaimed
+    (``message`` null) from its upload until a send names it. The bytes live in the
+    ``jxai_attachments`` storage under ``file``; rows of several messages may share one
+    stored file (an edit keeps its question's attachments)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    """Public identifier (the upload's answer, the send frame, the file view's URL)."""
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_attachments")
+    """The uploader: the only user (besides staff who may view conversations) who may read it."""
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="attachments")
+    """The user message it belongs to; ``None`` until a send claims it."""
+    name = models.CharField(max_length=255)
+    """The file's original name (no path separators or control characters)."""
+    media_type = models.CharField(max_length=100)
+    """The type sniffed from the bytes (``image/png``, ``application/pdf``, ``text/plain``, …)."""
+    size = models.PositiveBigIntegerField()
+    """Bytes stored."""
+    sha256 = models.CharField(max_length=64)
+    """Hex SHA-256 of the stored bytes."""
+    width = models.PositiveIntegerField(null=True, blank=True)
+    """Images only: pixels."""
+    height = models.PositiveIntegerField(null=True, blank=True)
+    """Images only: pixels."""
+    position = models.PositiveSmallIntegerField(default=0)
+    """Its place among its message's attachments (the order the send named them)."""
+    text = models.TextField(blank=True, default="")
+    """Documents only: the extracted text the model reads (capped; docs/attachments.md)."""
+    file = models.CharField(max_length=300)
+    """The storage name of the bytes in the ``jxai_attachments`` storage."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was uploaded (unclaimed ones older than a day are removed)."""
+
+    class Meta:
+        ordering = ["message", "position"]
+        indexes = [
+            models.Index(fields=["owner", "created_at"], name="jxai_att_owner_created"),
+            models.Index(fields=["message", "created_at"], name="jxai_att_message"),
+            models.Index(fields=["file"], name="jxai_att_file"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_image(self) -> bool:
+        """Whether it is an image (it has pixels)."""
+        return self.width is not None

@@ -175,7 +175,7 @@ def _check(name: str, data: bytes, limits: conf.AttachmentLimits) -> _Checked:
 
 def storage_used(user: Any) -> int:
     """Bytes of attachments ``user`` keeps: each stored file once (an edit's copies share one)."""
-    sizes = Attachment.objects.filter(owner=user).values("file").annotate(bytes=Max("size"))
+    sizes = Attachment.objects.filter(owner=user).order_by().values("file").annotate(bytes=Max("size"))
     return sum(row["bytes"] for row in sizes)
 
 

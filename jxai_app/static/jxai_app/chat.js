@@ -14,6 +14,7 @@ import { SettingsDialog } from "./settings.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
+import { AttachmentTray } from "./attachments.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
 const $ = (id) => document.getElementById(id);
@@ -87,6 +88,17 @@ const settings = new SettingsDialog(ui.settings, {
 new FeedbackControls(ui.transcript, {
   request: (frame) => connection.send(frame),
   maxChars: initial.feedbackCommentMaxChars,
+});
+
+// docs/attachments.md "The page": the composer's files; a text-only model refuses images here.
+const modelInfo = () => (initial.models || []).find((m) => m.alias === header.model) || {};
+const tray = new AttachmentTray({
+  form: ui.form, composer: ui.composer, input: $("attach-input"), picker: $("attach"), tray: $("attachment-tray"),
+  csrf: (ui.form.querySelector("[name=csrfmiddlewaretoken]") || {}).value || "",
+}, {
+  takesImages: () => (modelInfo().input || ["text", "image"]).includes("image"),
+  modelName: () => modelInfo().label || header.model || "This model",
+  onError: (message) => showError(message, { retry: false }),
 });
 
 const header = new Header(ui, {
@@ -280,11 +292,15 @@ function setStreaming(on) {
 function sendMessage() {
   const text = ui.composer.value;
   if (!text.trim() || state.streaming) return;
+  if (tray.busy()) {
+    showError("A file is still uploading; send when its bar is full.", { retry: false });
+    return;
+  }
   if (initial.maxMessageChars && text.length > initial.maxMessageChars) {
     showError(`Your message is longer than ${initial.maxMessageChars} characters.`, { retry: false });
     return;
   }
-  const frame = { type: "send", conversationId: state.currentId, text, model: header.model };
+  const frame = { type: "send", conversationId: state.currentId, text, model: header.model, attachments: tray.ids() };
   if (!connection.send(frame)) {
     showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
     return;
@@ -293,6 +309,7 @@ function sendMessage() {
   state.awaitingNew = state.currentId === null;
   state.turnPending = true;
   ui.composer.value = "";
+  tray.clear();
   transcript.addPending(text);
   setStreaming(true);
 }

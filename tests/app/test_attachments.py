@@ -155,3 +155,17 @@ def test_deleting_the_conversation_deletes_its_files(user: Any, media_root: Any)
     store.conversation_delete(user=user, conversation_id=turn.conversation_id)
     assert list(Attachment.objects.all()) == [unclaimed]
     assert [f.read_bytes() for f in stored_files(media_root)] == [b"keep"]
+
+
+def test_admin_transcript_shows_the_files_to_staff(user: Any, django_user_model: Any, media_root: Any) -> None:
+    image = store.attachment_upload(user=user, name="plan.png", data=png(), quota=None)
+    turn = store.message_send(user=user, conversation_id=None, text="See the plan", model="m",
+                              attachments=[str(image.pk)])
+    staff = django_user_model.objects.create_user("reviewer", password="pw-reviewer-1", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_conversation"))
+    client = Client()
+    client.force_login(staff)
+    page = client.get(f"/admin/jxai_app/conversation/{turn.conversation_id}/transcript/").content.decode()
+    url = f"/ai/attachments/{image.pk}"
+    assert f'<img src="{url}" alt="plan.png">' in page and f'<a href="{url}" download="plan.png">plan.png</a>' in page
+    assert client.get(url).status_code == 200

@@ -228,7 +228,7 @@ class ToolCall(models.Model):
     """The reason given with the decision (a denial's reason reaches the model)."""
 
     class Meta:
-        ordering = ["message", "position"]
+        ordering = ["message_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["message", "position"], name="jxai_toolcall_position_unique"),
         ]
@@ -635,7 +635,7 @@ class Attachment(models.Model):
     """When it was uploaded (unclaimed ones older than a day are removed)."""
 
     class Meta:
-        ordering = ["message", "position"]
+        ordering = ["message_id", "position"]
         indexes = [
             models.Index(fields=["owner", "created_at"], name="jxai_att_owner_created"),
             models.Index(fields=["message", "created_at"], name="jxai_att_message"),

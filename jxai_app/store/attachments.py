@@ -260,7 +260,7 @@ def attachments_claim(*, user: Any, message: Message, ids: Sequence[Any],
     if len(wanted) > limit:
         raise problem_error("payload-too-large", f"A message may carry at most {limit} attachments.")
     kept = {a.pk: a for a in keep}
-    fresh = {a.pk: a for a in Attachment.objects.select_for_update().filter(
+    fresh = {a.pk: a for a in Attachment.objects.select_for_update().order_by().filter(
         owner=user, message__isnull=True, pk__in=[pk for pk in wanted if pk not in kept])}
     if len(fresh) + sum(pk in kept for pk in wanted) != len(wanted):
         raise problem_error("not-found", "No such attachment (it is not yours, already sent, or expired).")

@@ -118,6 +118,8 @@ def test_the_caps_and_the_quota(owner: Client, settings: Any, media_root: Any) -
     settings.JXAI_MAX_IMAGE_PIXELS = 99
     assert upload(owner, "ten.png", png(10, 10)).status_code == 413
     assert [f.read_bytes() for f in stored_files(media_root)] == [b"a" * 100]
+    usage = owner.get("/").content.decode()  # the Settings dialog shows the quota
+    assert 'data-testid="storage-usage">Attached files: 100\xa0bytes' in usage and "of 150\xa0bytes" in usage
 
 
 def test_exif_is_stripped_by_reencoding(owner: Client, media_root: Any) -> None:

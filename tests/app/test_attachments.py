@@ -18,6 +18,7 @@ from PIL import Image
 
 from jxai_app import store
 from jxai_app.models import ApiToken, Attachment
+from jxai_app.store.attachments import data_url
 from tests.app.attachment_support import bomb_png, jpeg_with_gps, media_root, pdf, png, stored_files  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -171,3 +172,5 @@ def test_admin_transcript_shows_the_files_to_staff(user: Any, django_user_model:
     url = f"/ai/attachments/{image.pk}"
     assert f'<img src="{url}" alt="plan.png">' in page and f'<a href="{url}" download="plan.png">plan.png</a>' in page
     assert client.get(url).status_code == 200
+    [exported] = store.conversations_export([store.conversation_get(user=user, conversation_id=turn.conversation_id)])
+    assert exported["messages"][-1]["content"][1] == {"type": "image_url", "image_url": {"url": data_url(image)}}

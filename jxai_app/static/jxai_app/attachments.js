@@ -173,10 +173,22 @@ export class AttachmentTray {
     return this.items.map((item) => item.id).filter((id) => id !== null);
   }
 
-  /** The message was sent: the chips go (the message shows its files once saved). */
-  clear() {
-    for (const item of this.items) item.chip.remove();
+  /** The message was sent: the chips go (the message shows its files once saved). Returns
+   *  them, for `putBack` should the server refuse the send. */
+  take() {
+    const taken = this.items;
+    for (const item of taken) item.chip.remove();
     this.items = [];
     this.ui.tray.hidden = true;
+    return taken;
+  }
+
+  /** A refused send: its files return to the composer, still uploaded (nothing is lost). */
+  putBack(taken) {
+    for (const item of taken) {
+      this.items.push(item);
+      this.ui.tray.append(item.chip);
+    }
+    this.ui.tray.hidden = this.items.length === 0;
   }
 }

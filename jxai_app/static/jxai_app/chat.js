@@ -42,6 +42,7 @@ const state = {
   turnPending: false,         // sent, and no event of the new turn seen yet
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
   reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
+  sentFiles: [],              // the last send's attachments (attachments.js), back in the composer if refused
 };
 
 const transcript = new Transcript(ui.transcript, ui.empty, {
@@ -309,7 +310,7 @@ function sendMessage() {
   state.awaitingNew = state.currentId === null;
   state.turnPending = true;
   ui.composer.value = "";
-  tray.clear();
+  state.sentFiles = tray.take();
   transcript.addPending(text);
   setStreaming(true);
 }
@@ -374,6 +375,8 @@ function handleErrorFrame(frame) {
     // Nothing is lost: the refused text goes back into the composer.
     const text = transcript.takeBackPending();
     if (text !== null && !ui.composer.value) ui.composer.value = text;
+    tray.putBack(state.sentFiles);
+    state.sentFiles = [];
     state.awaitingNew = false;
     state.turnPending = false;
     // A turn another tab started may be running here: keep showing it (and its Stop).

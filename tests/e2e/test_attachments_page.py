@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.app.attachment_support import png
-from tests.e2e.steps import assert_clean, login, reload, wait_idle
+from tests.e2e.steps import assert_clean, login, reload, screenshot, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -72,6 +72,7 @@ def test_drop_paste_send_reload_edit_and_the_file_stays_private(
         return shown
 
     shown = thumbnails()
+    screenshot(tab, "attachments.png")
     assert shown.count() == 2
     url = shown.first.get_attribute("href")
     reload(tab)

@@ -17,6 +17,7 @@ from django.utils import timezone
 from PIL import Image
 
 from jxai_app import store
+from jxai_app.core.tokens import IMAGE_TOKENS
 from jxai_app.models import ApiToken, Attachment
 from jxai_app.store.attachments import data_url
 from tests.app.attachment_support import bomb_png, jpeg_with_gps, media_root, pdf, png, stored_files  # noqa: F401
@@ -153,6 +154,7 @@ def test_deleting_the_conversation_deletes_its_files(user: Any, media_root: Any)
     turn = store.message_send(user=user, conversation_id=None, text="Look", model="m",
                               attachments=[str(first.pk), str(second.pk)])
     assert [a.pk for a in turn.user_message.attachments.all()] == [first.pk, second.pk]
+    assert IMAGE_TOKENS < turn.prompt_tokens < IMAGE_TOKENS + 50  # the reservation's estimate: one image, a little text
     assert len(stored_files(media_root)) == 2
     unclaimed = store.attachment_upload(user=user, name="other.txt", data=b"keep", quota=None)
     store.conversation_delete(user=user, conversation_id=turn.conversation_id)

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from jxai_app import conf, store
 from jxai_app.models import Attachment, Message
 from tests.app.attachment_support import media_root, pdf, png, stored_files  # noqa: F401  (fixture)
-from tests.app.turns_support import MODEL, Tab, fake, hub, provider_registry, text_script  # noqa: F401
+from tests.app.turns_support import Tab, fake, hub, provider_registry, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider, Script, anthropic_text_stream, responses_text_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,14 +11,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from jxai_app.store import attachments_sweep
+from jxai_app.store.attachments import UNCLAIMED_FOR
 
 
 class Command(BaseCommand):
     help = "Remove attachments no message claimed within --older-than hours (default 24), with their files."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", type=float, default=24.0, metavar="HOURS",
-                            help="age in hours after which an unclaimed upload is removed (default 24)")
+        hours = UNCLAIMED_FOR / timedelta(hours=1)
+        parser.add_argument("--older-than", type=float, default=hours, metavar="HOURS",
+                            help=f"age in hours after which an unclaimed upload is removed (default {hours:g})")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["older_than"] < 0:

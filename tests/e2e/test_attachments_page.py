@@ -90,7 +90,10 @@ def test_drop_paste_send_reload_edit_and_the_file_stays_private(
     assert edited["messages"][-1]["content"][1:] == sent["messages"][-1]["content"][1:]
 
     assert page.request.get(url).body() == DROPPED
-
+    stranger = open_page()
+    assert stranger.page.request.get(url).status == 401
+    login(stranger, make_user("mallory"))
+    assert stranger.page.request.get(url).status == 404
     assert_clean(tab)
 
     def text_only(route: Any) -> None:  # the same page, its model listed as taking text only

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from django.conf import settings
+from django.core.files.storage import Storage, storages
 
 from jxai_app.core.agent import AgentPolicy
 from jxai_app.core.errors import ConfigurationError
@@ -107,6 +108,7 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "model_id": LOCAL_MODEL_ALIAS,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
+            "input": ["text"],  # a text-only model: images are refused before any request (docs/attachments.md)
             "price": {"input_per_mtok": 0, "output_per_mtok": 0},  # runs here: costs nothing per token
             "temperature": 0.2,  # llama.cpp's server would use 0.8: a 270M base model then wanders
             # its answers start with the space after "Assistant:" (README "The embedded local model")
@@ -413,13 +415,6 @@ def cost_per_day() -> Decimal:
     return value
 
 
-def storage_per_user_bytes() -> int:
-    """``JXAI_STORAGE_PER_USER_BYTES``: the bytes of stored files each user may keep (0 =
-    unlimited, the default while no setting names it), before group entitlements
-    (docs/security.md "Group entitlements")."""
-    return max(0, int(getattr(settings, "JXAI_STORAGE_PER_USER_BYTES", 0) or 0))
-
-
 def db_threads() -> int:
     """``JXAI_DB_THREADS``: the worker's database threads (default 8), so at most that many
     connections per worker are in use at once (docs/operations.md "Database connections")."""
@@ -512,3 +507,38 @@ def temporary_chat_hours() -> float:
     """``JXAI_TEMPORARY_CHAT_HOURS``: a temporary chat idle longer than this many hours is
     removed (default 24; docs/data.md "Temporary chats")."""
     return float(settings.JXAI_TEMPORARY_CHAT_HOURS)
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentLimits:
+    """The limits of uploaded files (docs/attachments.md "Limits and checks")."""
+
+    max_bytes: int
+    """``JXAI_MAX_ATTACHMENT_BYTES``: the largest file (default 10 MiB)."""
+    per_message: int
+    """``JXAI_MAX_ATTACHMENTS_PER_MESSAGE``: the most files one message carries (default 8)."""
+    per_user_bytes: int
+    """``JXAI_STORAGE_PER_USER_BYTES``: bytes one user may keep (0: unlimited; default 500 MiB).
+    Read it through :func:`jxai_app.policy.storage.storage_quota`, never here."""
+    max_pixels: int
+    """``JXAI_MAX_IMAGE_PIXELS``: the most pixels (width x height) of an image (default 40 million)."""
+    text_chars: int
+    """``JXAI_ATTACHMENT_TEXT_CHARS``: characters of a document's text the model reads (default 100,000)."""
+
+
+def get_attachment_limits() -> AttachmentLimits:
+    """The attachment limits from settings."""
+    return AttachmentLimits(
+        max_bytes=settings.JXAI_MAX_ATTACHMENT_BYTES,
+        per_message=settings.JXAI_MAX_ATTACHMENTS_PER_MESSAGE,
+        per_user_bytes=settings.JXAI_STORAGE_PER_USER_BYTES,
+        max_pixels=settings.JXAI_MAX_IMAGE_PIXELS,
+        text_chars=settings.JXAI_ATTACHMENT_TEXT_CHARS,
+    )
+
+
+def attachment_storage() -> Storage:
+    """The storage attachments' bytes live in: ``STORAGES["jxai_attachments"]`` (a
+    ``FileSystemStorage`` under ``MEDIA_ROOT`` unless ``JXAI_STORAGE_BACKEND`` names another;
+    docs/attachments.md "Storage")."""
+    return storages["jxai_attachments"]

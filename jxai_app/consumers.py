@@ -69,6 +69,7 @@ TOO_MANY_SOCKETS_CLOSE_CODE = 4429
 
 _STR, _OPT_STR, _INT, _ID = "string", "string or null", "non-negative integer", "message id (positive integer)"
 _BOOL = "boolean"
+_IDS = "list of attachment ids (strings)"
 
 Handler = Callable[[Session, dict[str, Any]], Awaitable[None]]
 
@@ -90,8 +91,10 @@ def _model(frame: dict[str, Any]) -> str | None:
 
 REQUESTS: dict[str, Request] = {  # docs/websocket.md "Client → server"
     "send": Request({"conversationId": (_OPT_STR, False), "text": (_STR, True), "model": (_OPT_STR, False),
-                     "temporary": (_BOOL, False)},
-                    lambda s, f: s.send_message(f.get("conversationId"), f["text"], _model(f), f.get("temporary", False))),
+                     "temporary": (_BOOL, False), "attachments": (_IDS, False)},
+                    lambda s, f: s.send_message(f.get("conversationId"), f["text"], _model(f),
+                                                temporary=f.get("temporary", False),
+                                                attachments=f.get("attachments"))),
     "cancel": Request({"conversationId": (_STR, True)}, lambda s, f: s.cancel(f["conversationId"]), at_once=True),
     "subscribe": Request({"conversationId": (_STR, True)}, lambda s, f: s.subscribe(f["conversationId"])),
     "resync": Request({"conversationId": (_STR, True), "turnId": (_STR, True), "afterSeq": (_INT, True)},
@@ -112,8 +115,9 @@ REQUESTS: dict[str, Request] = {  # docs/websocket.md "Client → server"
     "instructions": Request({"text": (_STR, False)}, lambda s, f: s.instructions(f.get("text"))),
     # docs/websocket.md "Branches"
     "edit": Request({"conversationId": (_STR, True), "messageId": (_ID, True), "text": (_STR, True),
-                     "model": (_OPT_STR, False)},
-                    lambda s, f: s.edit(f["conversationId"], f["messageId"], f["text"], _model(f))),
+                     "model": (_OPT_STR, False), "attachments": (_IDS, False)},
+                    lambda s, f: s.edit(f["conversationId"], f["messageId"], f["text"], _model(f),
+                                        f.get("attachments"))),
     "regenerate": Request({"conversationId": (_STR, True), "messageId": (_ID, True), "model": (_OPT_STR, False)},
                           lambda s, f: s.regenerate(f["conversationId"], f["messageId"], _model(f))),
     "switch_branch": Request({"conversationId": (_STR, True), "messageId": (_ID, True)},
@@ -136,6 +140,9 @@ def _fits(kind: str, value: Any) -> bool:
         return value is None or (isinstance(value, str) and _unicode(value))
     if kind == _BOOL:
         return isinstance(value, bool)
+    if kind == _IDS:  # docs/attachments.md "Sending"
+        return isinstance(value, list) and len(value) <= 100 and all(
+            isinstance(item, str) and len(item) <= 64 for item in value)
     floor = 1 if kind == _ID else 0
     return isinstance(value, int) and not isinstance(value, bool) and value >= floor
 

@@ -19,6 +19,7 @@ around them (API tokens, tool policies, limits, usage).
     ErasureRecord   who erased which user's data and when (docs/data.md "Erasure")
     SsoIdentity, SignInEvent  a provider account linked to a user; the sign-in audit (docs/sso.md)
     GroupEntitlements  a Django group's models and limits (rules in jxai_app.policy.entitlements)
+    Attachment      a file uploaded for a user message (docs/attachments.md)
 
 The chat store's rules (docs/store.md) live in :mod:`jxai_app.store`, never here: these
 classes only describe rows. Ownership is a foreign key to ``settings.AUTH_USER_MODEL``.
@@ -238,7 +239,7 @@ class ToolCall(models.Model):
     """The reason given with the decision (a denial's reason reaches the model)."""
 
     class Meta:
-        ordering = ["message", "position"]
+        ordering = ["message_id", "position"]
         constraints = [
             models.UniqueConstraint(fields=["message", "position"], name="jxai_toolcall_position_unique"),
         ]
@@ -775,3 +776,54 @@ class GroupEntitlements(models.Model):
 
     def __str__(self) -> str:
         return f"entitlements of {self.group}"
+
+
+class Attachment(models.Model):
+    """A file a user uploaded for a message (docs/attachments.md "Rows"): unclaimed
+    (``message`` null) from its upload until a send names it. The bytes live in the
+    ``jxai_attachments`` storage under ``file``; rows of several messages may share one
+    stored file (an edit keeps its question's attachments)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    """Public identifier (the upload's answer, the send frame, the file view's URL)."""
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="jxai_attachments")
+    """The uploader: the only user (besides staff who may view conversations) who may read it."""
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="attachments")
+    """The user message it belongs to; ``None`` until a send claims it."""
+    name = models.CharField(max_length=255)
+    """The file's original name (no path separators or control characters)."""
+    media_type = models.CharField(max_length=100)
+    """The type sniffed from the bytes (``image/png``, ``application/pdf``, ``text/plain``, …)."""
+    size = models.PositiveBigIntegerField()
+    """Bytes stored."""
+    sha256 = models.CharField(max_length=64)
+    """Hex SHA-256 of the stored bytes."""
+    width = models.PositiveIntegerField(null=True, blank=True)
+    """Images only: pixels."""
+    height = models.PositiveIntegerField(null=True, blank=True)
+    """Images only: pixels."""
+    position = models.PositiveSmallIntegerField(default=0)
+    """Its place among its message's attachments (the order the send named them)."""
+    text = models.TextField(blank=True, default="")
+    """Documents only: the extracted text the model reads (capped; docs/attachments.md)."""
+    file = models.CharField(max_length=300)
+    """The storage name of the bytes in the ``jxai_attachments`` storage."""
+    created_at = models.DateTimeField(auto_now_add=True)
+    """When it was uploaded (unclaimed ones older than a day are removed)."""
+
+    class Meta:
+        ordering = ["message_id", "position"]
+        indexes = [
+            models.Index(fields=["owner", "created_at"], name="jxai_att_owner_created"),
+            models.Index(fields=["message", "created_at"], name="jxai_att_message"),
+            models.Index(fields=["file"], name="jxai_att_file"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_image(self) -> bool:
+        """Whether it is an image (it has pixels)."""
+        return self.width is not None

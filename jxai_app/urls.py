@@ -3,7 +3,7 @@ operator's endpoints (docs/operations.md)."""
 
 from django.urls import path
 
-from jxai_app import api, share_views, views, yourdata
+from jxai_app import api, share_views, uploads, views, yourdata
 from jxai_app.ops import endpoints
 
 urlpatterns: list = [
@@ -11,6 +11,8 @@ urlpatterns: list = [
     path("c/<uuid:conversation_id>", views.chat, name="conversation"),
     path("ai/chat", api.chat, name="ai-chat"),
     path("ai/models", api.models, name="ai-models"),
+    path("ai/attachments", uploads.attachments, name="ai-attachments"),
+    path("ai/attachments/<str:attachment_id>", uploads.attachment_file, name="ai-attachment"),
     path("problems/", api.problem_index, name="problem-index"),
     path("problems/<slug:slug>", api.problem_page, name="problem"),
     path("data/export", yourdata.data_export, name="data-export"),

@@ -21,6 +21,7 @@ from jxai_app import store
 from jxai_app.conf import get_limits, get_model_registry, get_page_limits
 from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.policy.entitlements import entitlements_for
+from jxai_app.policy.storage import storage_quota
 from jxai_app.store.serializers import conversation_dict, conversation_dicts
 
 __all__ = ["chat"]
@@ -72,4 +73,5 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
                      "login": reverse("login")},
     }
     title = (current.title or "Conversation") if current else "New chat"
-    return render(request, "jxai_app/chat.html", {"initial": initial, "page_title": title})
+    storage = {"used": store.storage_used(request.user), "quota": storage_quota(request.user)}  # docs/attachments.md
+    return render(request, "jxai_app/chat.html", {"initial": initial, "page_title": title, "storage": storage})

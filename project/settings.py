@@ -11,6 +11,7 @@ switch to PostgreSQL and ``channels_redis``. See README.md for the full table.
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 import secrets
@@ -372,3 +373,23 @@ JXAI_PASSWORD_LOGIN = env_bool("JXAI_PASSWORD_LOGIN", True)
 # (empty or 0: forever; manage.py purge_conversations removes the older ones).
 JXAI_IMPORT_MAX_BYTES = int(os.environ.get("JXAI_IMPORT_MAX_BYTES", str(32 * 1024 * 1024)))
 JXAI_RETENTION_DAYS = int(os.environ.get("JXAI_RETENTION_DAYS") or "0")
+
+# --- Attachments (docs/attachments.md) ---
+# Files go through Django's storage API: the "jxai_attachments" storage, a FileSystemStorage
+# under MEDIA_ROOT unless JXAI_STORAGE_BACKEND names another backend (a django-storages one,
+# e.g. storages.backends.s3.S3Storage) with JXAI_STORAGE_OPTIONS (a JSON object) as its
+# OPTIONS. No MEDIA_URL is routed: files are served only by the owner-checked view.
+MEDIA_ROOT = Path(os.environ.get("DJANGO_MEDIA_ROOT") or BASE_DIR / "media")
+STORAGES["jxai_attachments"] = {
+    "BACKEND": os.environ.get("JXAI_STORAGE_BACKEND") or "django.core.files.storage.FileSystemStorage",
+    "OPTIONS": json.loads(os.environ.get("JXAI_STORAGE_OPTIONS") or "{}"),
+}
+JXAI_MAX_ATTACHMENT_BYTES = int(os.environ.get("JXAI_MAX_ATTACHMENT_BYTES", str(10 * 1024 * 1024)))
+JXAI_MAX_ATTACHMENTS_PER_MESSAGE = int(os.environ.get("JXAI_MAX_ATTACHMENTS_PER_MESSAGE", "8"))
+# Bytes of attachments one user may keep (0 = unlimited); per-group limits may override it
+# (jxai_app.policy.storage).
+JXAI_STORAGE_PER_USER_BYTES = int(os.environ.get("JXAI_STORAGE_PER_USER_BYTES", str(500 * 1024 * 1024)))
+# Pixels (width x height) an image may have: larger ones are refused before decoding (bombs).
+JXAI_MAX_IMAGE_PIXELS = int(os.environ.get("JXAI_MAX_IMAGE_PIXELS", str(40_000_000)))
+# Characters of a document's extracted text the model reads (the rest is cut, and it is told).
+JXAI_ATTACHMENT_TEXT_CHARS = int(os.environ.get("JXAI_ATTACHMENT_TEXT_CHARS", "100000"))

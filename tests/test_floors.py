@@ -25,7 +25,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store | policy", ("jxai_app.store", "jxai_app.policy")),
     ("tools", ("jxai_app.tools",)),
     ("turns", ("jxai_app.turns",)),
-    ("edges", ("jxai_app.consumers", "jxai_app.views", "jxai_app.share_views", "jxai_app.yourdata", "jxai_app.api", "jxai_app.admin", "jxai_app.admin_site",
+    ("edges", ("jxai_app.consumers", "jxai_app.views", "jxai_app.share_views", "jxai_app.yourdata", "jxai_app.api",
+               "jxai_app.uploads", "jxai_app.admin", "jxai_app.admin_site",
                "jxai_app.urls", "jxai_app.routing", "jxai_app.apps", "jxai_app.web", "jxai_app.ops",
                "jxai_app.management", "jxai_app.devtools", "jxai_app.streaming")),
 )

@@ -45,7 +45,7 @@ from jxai_app.core.streaming.guarded import guarded
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryPolicy
 from jxai_app.core.streaming.usage import reached_provider
-from jxai_app.core.tokens import tokens_for_chars
+from jxai_app.core.tokens import IMAGE_TOKENS, tokens_for_chars, without_images
 from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
@@ -332,6 +332,9 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     if chat.tools and not model.supports_tools:
         raise problem_error("capability-unavailable", f"The model {model.alias!r} is configured without tool "
                                                       "support; send no tools or pick another model.")
+    refused = model.refused_input(chat.messages)
+    if refused is not None:
+        raise problem_error("capability-unavailable", refused, model=model.alias)
     configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
                                                                                                 timeouts=timeouts)
     key = registry.provider(model.provider).api_key
@@ -377,11 +380,12 @@ class StreamOutcome:
 
 def prompt_estimate(chat: ChatRequest) -> int:
     """The request's prompt in tokens, estimated: characters of the system prompt, the
-    messages' and tools' JSON, / 4 rounded up (the quota's reservation and the usage of a
+    messages' and tools' JSON, / 4 rounded up, plus ``IMAGE_TOKENS`` per image part (the quota's reservation and the usage of a
     stream whose provider reported none; docs/security.md "Quota reservations")."""
-    chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in chat.messages) + \
+    messages, images = without_images(chat.messages)
+    chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) + \
         (len(json.dumps(chat.tools, ensure_ascii=False)) if chat.tools else 0)
-    return tokens_for_chars(chars)
+    return tokens_for_chars(chars) + images * IMAGE_TOKENS
 
 
 def _produced_chars(event: StreamEvent) -> int:

@@ -22,6 +22,8 @@ The dict::
           "provider": "<name>", "model_id": "gpt-4o",
           "context_window": 128000,      # tokens (default DEFAULT_CONTEXT_WINDOW)
           "supports_tools": true,        # default true
+          "input": ["text", "image"],    # what a message may carry (default text and image;
+                                         # "file": documents go as file parts; docs/attachments.md)
           "tool_choice": "auto" | "none" | "required" | {…},  # optional
           "tool_choice_when": "<regex>", # optional: force tool_choice only on user messages it is found in
           "temperature": 0.2,            # optional; omitted = not sent (reasoning models)
@@ -58,12 +60,15 @@ from jsonschema.exceptions import ValidationError
 from jxai_app.core.errors import ConfigurationError
 from jxai_app.core.streaming.presets import PROVIDER_PRESETS
 
-__all__ = ["DEFAULT_CONTEXT_WINDOW", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
+__all__ = ["DEFAULT_CONTEXT_WINDOW", "DEFAULT_INPUT", "ModelConfig", "ProviderConfig", "ProviderKind", "parse_config"]
 
 ProviderKind = Literal["openai", "openai-responses", "anthropic", "proxy"]
 _KINDS: tuple[str, ...] = get_args(ProviderKind)
 DEFAULT_CONTEXT_WINDOW = 8192
 """Tokens assumed for a model whose ``context_window`` is not configured (conservative)."""
+DEFAULT_INPUT: tuple[str, ...] = ("text", "image")
+"""What a model takes in a message when its ``input`` is not configured (docs/attachments.md
+"Model input")."""
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -87,6 +92,8 @@ _MODEL_SCHEMA: dict[str, Any] = {
         "model_id": {"type": "string", "minLength": 1},
         "context_window": {"type": "integer", "minimum": 1},
         "supports_tools": {"type": "boolean"},
+        "input": {"type": "array", "items": {"enum": ["text", "image", "file"]}, "contains": {"const": "text"},
+                  "uniqueItems": True},
         "tool_choice": {
             "anyOf": [{"enum": ["auto", "none", "required"]}, {"type": "object"}, {"type": "null"}]
         },
@@ -187,6 +194,9 @@ class ModelConfig:
             (``None`` = every user message); ``openai`` and ``openai-responses`` kinds only.
         strip_leading_whitespace: drop the whitespace each answer's text starts with (a model
             whose answers start with a space); ``openai`` and ``openai-responses`` kinds only.
+        input: what a user message may carry: ``"text"`` always, ``"image"`` (image parts),
+            ``"file"`` (documents as file parts instead of extracted text); docs/attachments.md
+            "Model input".
     """
 
     alias: str
@@ -202,6 +212,25 @@ class ModelConfig:
     price: Mapping[str, float] | None = None
     tool_choice_when: str | None = None
     strip_leading_whitespace: bool = False
+    input: tuple[str, ...] = DEFAULT_INPUT
+
+    def takes(self, kind: str) -> bool:
+        """Whether a user message to this model may carry ``kind`` (``"image"``, ``"file"``)."""
+        return kind in self.input
+
+    def refused_input(self, messages: list[dict[str, Any]]) -> str | None:
+        """Why ``messages`` (OpenAI wire) cannot go to this model, or ``None`` when they can:
+        an ``image_url`` part for a model whose ``input`` lacks ``"image"`` (docs/attachments.md
+        "Model input")."""
+        if self.takes("image"):
+            return None
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list) and any(
+                    isinstance(part, dict) and part.get("type") == "image_url" for part in content):
+                return (f"The model {self.label or self.alias} ({self.alias}) takes text only, not images; "
+                        "pick a model that takes images, or remove the image.")
+        return None
 
 
 def _where(error: ValidationError) -> str:
@@ -326,6 +355,7 @@ def parse_config(
             price=MappingProxyType(dict(raw["price"])) if raw.get("price") is not None else None,
             tool_choice_when=_pattern(alias, raw.get("tool_choice_when")),
             strip_leading_whitespace=raw.get("strip_leading_whitespace", False),
+            input=tuple(raw.get("input", DEFAULT_INPUT)),
         )
         for alias, raw in data["models"].items()
     }

@@ -50,6 +50,9 @@ PROBLEM_TYPES: Final[dict[str, ProblemType]] = {
                     "A turn is already running in this conversation; wait for it or press Stop."),
         ProblemType("payload-too-large", 413, "Payload too large",
                     "The request body, a message, or the number of messages is over the limit."),
+        ProblemType("unsupported-media-type", 415, "Unsupported media type",
+                    "The file's type is not one jxai takes, its contents do not match its name, or it cannot "
+                    "be read (see Limits and checks in docs/attachments.md)."),
         ProblemType("rate-limited", 429, "Too many requests",
                     "You are sending turns faster than this deployment allows; retry after the delay given."),
         ProblemType("quota-exceeded", 429, "Quota exceeded",
@@ -77,6 +80,7 @@ _STATUS_TO_SLUG: Final[dict[int, str]] = {
     405: "method-not-allowed",
     409: "conflict",
     413: "payload-too-large",
+    415: "unsupported-media-type",
     429: "rate-limited",
     501: "capability-unavailable",
     502: "upstream-failure",

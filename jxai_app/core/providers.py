@@ -145,7 +145,7 @@ class ModelRegistry:
         """What ``GET /ai/models`` shows: no keys, URLs, headers or provider ids.
 
         Returns:
-            ``[{"alias", "label", "context_window", "supports_tools", "default"}, …]`` in
+            ``[{"alias", "label", "context_window", "supports_tools", "input", "default"}, …]`` in
             configuration order; ``label`` falls back to the alias; ``default`` is true
             for the default role's model only.
         """
@@ -155,6 +155,7 @@ class ModelRegistry:
                 "label": m.label or m.alias,
                 "context_window": m.context_window,
                 "supports_tools": m.supports_tools,
+                "input": list(m.input),
                 "default": m.alias == self.default_alias,
             }
             for m in self._models.values()

@@ -125,7 +125,7 @@ def most_generous(values: Iterable[Any]) -> Any:
 def _defaults() -> dict[str, Any]:
     limits = conf.get_limits()
     return {"turns_per_minute": limits.turns_per_minute, "tokens_per_day": limits.tokens_per_day,
-            "cost_per_day": conf.cost_per_day(), "storage_bytes_per_user": conf.storage_per_user_bytes()}
+            "cost_per_day": conf.cost_per_day(), "storage_bytes_per_user": conf.get_attachment_limits().per_user_bytes}
 
 
 def _decide(user_row: Mapping[str, Any], groups: Sequence[Mapping[str, Any]], *, every_model: bool) -> Entitlements:

@@ -13,12 +13,16 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     conversation_page(*, user, before=None, size) -> (list[Conversation], next cursor | None)
     conversation_rename(*, user, conversation_id, title) -> Conversation
     conversation_delete(*, user, conversation_id) -> UUID | None                  (running turn)
-    message_send(*, user, conversation_id | None, text, model=None, lease=6.0, replaces=None) -> TurnStart
+    message_send(*, user, conversation_id | None, text, model=None, lease=6.0, replaces=None,
+                 attachments=None, keep=()) -> TurnStart
     answer_regenerate(*, user, conversation_id, message_id, model=None, lease=6.0) -> TurnStart
     branch_switch(*, user, conversation_id, message_id) -> Conversation
     active_path(conversation) -> ActivePath {messages, siblings}; siblings_of(message) -> Siblings
     turn_cancel(*, user, conversation_id) -> Recovered | None
     message_retry(*, user, conversation_id) -> str | None
+    message_resend(*, user, conversation_id, model=None, lease=6.0) -> TurnStart | None  (retry + send again)
+    attachment_upload(*, user, name, data, quota) -> Attachment; attachment_get(*, user, attachment_id)
+    attachments_sweep(*, older_than=1 day) -> int; storage_used(user) -> int   (docs/attachments.md)
     conversation_search(*, owner, query, limit=5) -> list[dict]                  (own only)
     message_search(*, owner, query, limit=20) -> list[dict]                      (own only)
     feedback_set(*, user, message_id, rating, comment="") -> (UUID, dict | None)
@@ -62,7 +66,15 @@ from jxai_app.store.instructions import instructions_get, instructions_set, syst
 from jxai_app.store.recorder import TurnRecorder
 from jxai_app.store.recovery import Recovered, lease_lapsed, leases_renew, strays_drop, turn_abandon, turns_lapsed
 from jxai_app.store.search import conversation_search, message_search
-from jxai_app.store.turn import TurnStart, answer_regenerate, message_retry, message_send, turn_cancel
+from jxai_app.store.attachments import (
+    attachment_bytes,
+    attachment_dict,
+    attachment_get,
+    attachment_upload,
+    attachments_sweep,
+    storage_used,
+)
+from jxai_app.store.turn import TurnStart, answer_regenerate, message_resend, message_retry, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
     context_warning,
@@ -74,7 +86,8 @@ from jxai_app.store.usage import (
 from jxai_app.store.wire import conversations_export, messages_to_wire, to_messages
 
 __all__ = [
-    "ActivePath", "Decided", "LEASE_SECONDS", "Recovered", "Siblings", "TurnRecorder", "TurnStart", "active_path",
+    "ActivePath", "attachment_bytes", "attachment_dict", "attachment_get", "attachment_upload", "attachments_sweep",
+    "message_resend", "storage_used", "Decided", "LEASE_SECONDS", "Recovered", "Siblings", "TurnRecorder", "TurnStart", "active_path",
     "answer_regenerate", "approval_decide", "approvals_expire", "approvals_stop", "branch_switch", "siblings_of",
     "context_tokens", "context_warning",
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",

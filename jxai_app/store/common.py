@@ -14,7 +14,7 @@ from django.db.models import Prefetch, QuerySet
 
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.unicode import replace_unclean
-from jxai_app.models import Conversation, ConversationStatus, ToolCall
+from jxai_app.models import Attachment, Conversation, ConversationStatus, ToolCall
 from jxai_app.core.problems import problem_error
 
 LEASE_SECONDS: Final[float] = 6.0
@@ -104,9 +104,11 @@ def get_owned(user: Any, conversation_id: Any, *, for_update: bool = False) -> C
 
 
 def with_tool_calls(messages: Any) -> Any:
-    """``messages`` (a Message queryset) with their calls prefetched in call order."""
-    return messages.prefetch_related(Prefetch("tool_calls",
-                                              queryset=ToolCall.objects.select_related("decided_by").order_by("position")))
+    """``messages`` (a Message queryset) with their calls prefetched in call order, and their
+    attachments in the order they were sent (docs/attachments.md "Rows")."""
+    return messages.prefetch_related(
+        Prefetch("tool_calls", queryset=ToolCall.objects.select_related("decided_by").order_by("position")),
+        Prefetch("attachments", queryset=Attachment.objects.order_by("position")))
 
 
 def storable(text: str) -> str:

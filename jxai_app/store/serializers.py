@@ -11,7 +11,8 @@ no framework beyond the models. Shapes::
                    "toolCalls": [{"id", "name", "arguments", "result", "success", "approval"}],
                    "usage": dict|None, "stopReason", "status": "complete"|"streaming",
                    "createdAt", "feedback": None|{"rating": "up"|"down", "comment"}, "parentId": int|None,
-                   "branch": {"index", "count", "prev", "next"}, "stopped": bool}
+                   "branch": {"index", "count", "prev", "next"}, "stopped": bool,
+                   "attachments": [{"id", "name", "mediaType", "size", "width", "height", "url"}]}
 
 ``approval`` is ``None`` for a call that needed none, else ``{"state": "awaiting_approval" |
 "approved" | "denied" | "expired", "decidedBy": username | None, "decidedAt", "reason"}``
@@ -28,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from jxai_app import conf
 from jxai_app.core.errors import JxaiError
 from jxai_app.models import Conversation, Message, MessageRole, ToolCall
+from jxai_app.store.attachments import attachment_dict
 from jxai_app.store.branches import ONLY_CHILD, Siblings
 from jxai_app.store.feedback import feedback_dict, feedback_of
 
@@ -121,6 +123,8 @@ def message_dict(message: Message, siblings: Siblings | None = None, *,
         "parentId": message.parent_id,
         "branch": (siblings or ONLY_CHILD).as_dict(),
         "stopped": message.stopped,
+        "attachments": [attachment_dict(a) for a in message.attachments.all()]
+        if message.role == MessageRole.USER else [],
     }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from jxai_app.core.agent import Decision
 from jxai_app.models import (
+    Attachment,
     Conversation,
     ConversationStatus,
     Message,
@@ -30,6 +31,7 @@ from jxai_app.models import (
     MessageStatus,
     ToolCall,
 )
+from jxai_app.store.attachments import attachments_claim
 from jxai_app.store.conversation import conversation_create
 from jxai_app.store.branches import ONLY_CHILD, Siblings, Tree, path_messages
 from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
@@ -154,6 +156,7 @@ def _placeholder(conversation: Conversation, parent: Message, position: int, mod
 def message_send(
     *, user: Any, conversation_id: uuid.UUID | str | None, text: str, model: str | None = None,
     lease: float = LEASE_SECONDS, replaces: int | None = None, temporary: bool = False,
+    attachments: Sequence[Any] | None = None, keep: Sequence[Attachment] = (),
 ) -> TurnStart:
     """Save the user's message and an empty assistant placeholder and start a turn (docs/store.md "Sending"):
     the one send service, in one short transaction (the caller's, when it opened one: the
@@ -180,11 +183,16 @@ def message_send(
             becomes its sibling (a new branch) and the old one stays as it was.
         temporary: a new conversation is a temporary chat (docs/data.md "Temporary chats");
             ignored for an existing one.
+        attachments: ids of the message's attachments (docs/attachments.md "Sending"): the
+            user's unclaimed uploads, or attachments of ``keep``; ``None``: all of ``keep``.
+        keep: attachments the new message may keep (copies naming the same files); an edit
+            adds the replaced message's.
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign id; ``replaces`` not a message of
             it), ``invalid-request`` (blank text; ``replaces`` not a user message),
-            ``conflict`` while a live turn runs.
+            ``conflict`` while a live turn runs; an attachment refused
+            (:func:`~jxai_app.store.attachments.attachments_claim`).
         django.db.DatabaseError: the database failed (nothing saved).
     """
     if not isinstance(text, str) or not text.strip():
@@ -208,6 +216,9 @@ def message_send(
         position = tree.next_position
         user_message = _insert(Message(conversation=conversation, parent_id=parent_id, position=position,
                                        role=MessageRole.USER, content=text))
+        kept = [*keep, *(Attachment.objects.filter(message_id=replaces) if replaces is not None else ())]
+        attachments_claim(user=user, message=user_message, keep=kept,
+                          ids=[a.pk for a in kept] if attachments is None else attachments)
         placeholder = _placeholder(conversation, user_message, position + 1, model)
         _claim(conversation, claimable, placeholder, text, model, turn_id)
     history = messages_to_wire([*earlier, user_message])
@@ -278,6 +289,31 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> Recovered | N
 
 @transaction.atomic
 def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
+    """Drop the last exchange of the active path (:func:`_drop_last_exchange`) and return its
+    user text, or ``None`` when there is none (no-op)."""
+    dropped = _drop_last_exchange(user, conversation_id)
+    return None if dropped is None else dropped[0]
+
+
+def message_resend(*, user: Any, conversation_id: uuid.UUID | str, model: str | None = None,
+                   lease: float = LEASE_SECONDS) -> TurnStart | None:
+    """A retry's save in one transaction: the last exchange dropped (:func:`message_retry`) and
+    its question sent again with the same attachments (docs/attachments.md "Sending").
+    Returns ``None`` when there is nothing to retry (nothing changed).
+
+    Raises:
+        ProblemError: as :func:`message_retry` and :func:`message_send`.
+    """
+    with transaction.atomic():
+        dropped = _drop_last_exchange(user, conversation_id)
+        if dropped is None:
+            return None
+        text, attached = dropped
+        return message_send(user=user, conversation_id=conversation_id, text=text, model=model, lease=lease,
+                            keep=attached)
+
+
+def _drop_last_exchange(user: Any, conversation_id: uuid.UUID | str) -> tuple[str, list[Attachment]] | None:
     """Drop the last exchange of the active path so its user text can be sent again
     (docs/store.md "Retry").
 
@@ -288,8 +324,8 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
     removed message's parent (the resend follows it), the conversation idle, its error cleared.
 
     Returns:
-        The user message's text (send it again with :func:`message_send`), or ``None`` when
-        the path has no user message (no-op).
+        The user message's text and its attachments as they were (send it again with
+        :func:`message_send`, keeping them), or ``None`` when the path has no user message (no-op).
 
     Raises:
         ProblemError: ``not-found``; ``conflict`` while a turn runs.
@@ -305,6 +341,7 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
     question = asked[-1]
     answer = path[path.index(question) + 1:]
     text = Message.objects.filter(pk=question).values_list("content", flat=True).get()
+    attached = list(Attachment.objects.filter(message_id=question).order_by("position"))
     others = [pk for pk in tree.children.get(question, []) if pk not in answer]
     dropped = answer[:1] if others else [question]
     if dropped:
@@ -313,7 +350,7 @@ def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
         status=ConversationStatus.IDLE, last_error="", last_problem=None, updated_at=timezone.now(),
         active_leaf_id=tree.parent[question],
     )
-    return text
+    return text, attached
 
 
 def _result_of(content: str) -> tuple[Any, bool]:

@@ -3,6 +3,8 @@
 ::
 
     user / system  {"role", "content"}
+                   a user message with attachments: content is a list of OpenAI content
+                   parts (text, image_url data URLs, documents as text; docs/attachments.md)
     assistant      {"role", "content"[, "reasoning_content"][, "tool_calls"]}
                    content is null when it wrote nothing but made calls
                    tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
+from jxai_app.store.attachments import content_parts
 from jxai_app.store.branches import active_path
 from jxai_app.store.common import with_tool_calls
 from jxai_app.store.feedback import feedback_export
@@ -31,12 +34,16 @@ def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -
     """One saved message in wire shape, or ``None`` when it is left out (see module doc).
 
     ``calls``: the message's tool calls in call order when already read (default: its
-    ``tool_calls``, prefetched or not)."""
+    ``tool_calls``, prefetched or not). A user message's attachments are read from its
+    ``attachments`` (prefetch them: :func:`with_tool_calls`), their images from storage."""
     if message.status == MessageStatus.STREAMING:
         return None
     role = message.role
     if role == MessageRole.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if role == MessageRole.USER:
+        attached = list(message.attachments.all())
+        return {"role": role, "content": content_parts(message.content, attached) if attached else message.content}
     if role != MessageRole.ASSISTANT:
         return {"role": role, "content": message.content}
     calls = list(message.tool_calls.all()) if calls is None else list(calls)

@@ -53,6 +53,8 @@ class ConversationRequest:
     text: str | None
     decisions: tuple[tuple[str, bool, str], ...]
     model: str | None
+    attachments: tuple[str, ...] = ()
+    """Ids of the user's uploads the user message carries (docs/attachments.md "Sending")."""
 
 
 def _decision(message: Mapping[str, Any]) -> tuple[str, bool, str]:
@@ -76,9 +78,12 @@ def parse_conversation_request(conversation: str, *, messages: list[dict[str, An
         messages, tools, model: the body's members, after the gateway's checks of sizes and
             shapes (:func:`jxai_app.core.gateway.parse_chat_request`).
 
+    The user message may carry ``"attachments": ["<upload id>", …]`` beside its text.
+
     Raises:
         ProblemError: ``invalid-request`` for ``tools`` (the server's tools are used), a
             ``messages`` list that is neither one user message with text nor only decisions,
+            ``attachments`` that is not a list of strings,
             or decisions for a ``new`` conversation.
     """
     if tools:
@@ -88,7 +93,11 @@ def parse_conversation_request(conversation: str, *, messages: list[dict[str, An
         text = messages[0].get("content")
         if not isinstance(text, str) or not text.strip():
             raise problem_error("invalid-request", "The user message needs text content.")
-        return ConversationRequest(conversation_id=cid, text=text, decisions=(), model=model)
+        attachments = messages[0].get("attachments", [])
+        if not isinstance(attachments, list) or not all(isinstance(a, str) for a in attachments):
+            raise problem_error("invalid-request", "attachments must be a list of attachment ids (strings).")
+        return ConversationRequest(conversation_id=cid, text=text, decisions=(), model=model,
+                                   attachments=tuple(attachments))
     if messages and all(m.get("role") == "tool" for m in messages) and cid is not None:
         return ConversationRequest(conversation_id=cid, text=None, decisions=tuple(map(_decision, messages)),
                                    model=None)
@@ -206,7 +215,7 @@ async def run_conversation_request(hub: TurnHub, *, user: Any,
         plan: TurnPlan | None = None
         if request.text is not None:
             plan = await start.send(hub, user=user, conversation_id=request.conversation_id, text=request.text,
-                                    model_alias=request.model)
+                                    model_alias=request.model, attachments=list(request.attachments))
         else:
             assert request.conversation_id is not None
             for call_id, approved, reason in request.decisions:

@@ -465,16 +465,18 @@ class Session:
             self._remember(turn_id, max(self._seqs.get(turn_id, 0), state.items[-1]["seq"]))
 
     async def send_message(self, conversation_id: str | None, text: str, model: str | None,
-                           temporary: bool = False) -> None:
+                           temporary: bool = False, attachments: list[str] | None = None) -> None:
         """``send``: start a turn (a new conversation when ``conversation_id`` is None, a
-        temporary chat with ``temporary``)."""
+        temporary chat with ``temporary``) with the uploads ``attachments`` names."""
         await self._start(start.send(self.hub, user=self.user, conversation_id=conversation_id, text=text,
-                                     model_alias=model, temporary=temporary))
+                                     model_alias=model, temporary=temporary, attachments=attachments))
 
-    async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None) -> None:
-        """``edit``: a new branch beside user message ``message_id`` with ``text``, and its turn."""
+    async def edit(self, conversation_id: str, message_id: int, text: str, model: str | None,
+                   attachments: list[str] | None = None) -> None:
+        """``edit``: a new branch beside user message ``message_id`` with ``text`` (and the
+        edited message's attachments, or ``attachments`` when given), and its turn."""
         await self._start(start.edit(self.hub, user=self.user, conversation_id=conversation_id,
-                                     message_id=message_id, text=text, model_alias=model))
+                                     message_id=message_id, text=text, model_alias=model, attachments=attachments))
 
     async def regenerate(self, conversation_id: str, message_id: int, model: str | None) -> None:
         """``regenerate``: a new answer beside assistant message ``message_id``."""

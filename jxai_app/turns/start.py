@@ -98,21 +98,24 @@ def _prepare(user: Any, save: Save, alias: str | None, new_conversation: bool, a
                               if new_conversation else None)
     with transaction.atomic():
         turn = save(model=None if new_model is None else new_model.alias, lease=conf.get_turn_timing().lease)
-        model = requested or _model(turn.model, fallback=True)
-        granted.check_model(model.alias)  # refused: the save is rolled back (docs/security.md "Group entitlements")
+        answering = requested or _model(turn.model, fallback=True)
+        granted.check_model(answering.alias)  # refused: the save is rolled back (docs/security.md "Group entitlements")
+        refused = answering.refused_input(turn.history)
+        if refused is not None:  # before any provider call; the transaction saves nothing
+            raise problem_error("capability-unavailable", refused, model=answering.alias)
         budget = TurnBudget.admit(user, prompt_tokens=turn.prompt_tokens + estimate_tokens(prompt),
                                   turn_id=turn.turn_id, model=turn.model, granted=granted)
         if turn.abandoned is not None:  # a dead turn the start recovered: its prompt was spent
             forfeit(turn.abandoned.turn_id, model=turn.abandoned.model)
-    return _plan(user, turn, model, prompt, budget, announce=announce)
+    return _plan(user, turn, answering, prompt, budget, announce=announce)
 
 
 def _resend(*, user: Any, conversation_id: Any, model: str | None, lease: float) -> store.TurnStart:
-    """A retry's save: the failed exchange dropped, its text sent again (one transaction)."""
-    text = store.message_retry(user=user, conversation_id=conversation_id)
-    if text is None:
+    """A retry's save: the failed exchange dropped, its text and attachments sent again (one transaction)."""
+    turn = store.message_resend(user=user, conversation_id=conversation_id, model=model, lease=lease)
+    if turn is None:
         raise problem_error("invalid-request", "There is no message to retry in this conversation.")
-    return store.message_send(user=user, conversation_id=conversation_id, text=text, model=model, lease=lease)
+    return turn
 
 
 def _prepare_resume(user: Any, turn: store.TurnStart) -> TurnPlan:
@@ -133,7 +136,8 @@ async def _prepared(hub: TurnHub, prepare: Callable[..., TurnPlan], *args: Any) 
 
 
 async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | None, text: str,
-               model_alias: str | None = None, temporary: bool = False) -> TurnPlan:
+               model_alias: str | None = None, temporary: bool = False,
+               attachments: list[Any] | None = None) -> TurnPlan:
     """Prepare the turn answering a new user message.
 
     Args:
@@ -144,6 +148,7 @@ async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | No
         text: the message (non-blank, at most ``JXAI_MAX_MESSAGE_CHARS`` characters).
         model_alias: switch the conversation to this configured model (``None``: keep it).
         temporary: a new conversation is a temporary chat (docs/data.md "Temporary chats").
+        attachments: ids of the user's uploads the message carries (docs/attachments.md "Sending").
 
     Returns:
         The plan; follow ``plan.conversation_id``, then :func:`launch` it. Its frames
@@ -156,21 +161,25 @@ async def send(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str | No
             ``not-found`` (missing or foreign conversation), ``quota-exceeded`` /
             ``rate-limited`` (with ``retry_after``; nothing saved, the provider not
             contacted), ``conflict`` (a turn already runs in it, on any worker),
-            ``service-unavailable`` (the worker is draining, or the database is down).
+            ``service-unavailable`` (the worker is draining, or the database is down),
+            ``capability-unavailable`` (an image for a model that takes none), an attachment
+            refused (``not-found``, ``payload-too-large``).
     """
     text = _check_text(text)
 
     def save(**kwargs: Any) -> store.TurnStart:
         return store.message_send(user=user, conversation_id=conversation_id, text=text, temporary=temporary,
-                                  **kwargs)
+                                  attachments=attachments or (), **kwargs)
 
     return await _prepared(hub, _prepare, user, save, model_alias, conversation_id is None, False)
 
 
 async def edit(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str, message_id: int, text: str,
-               model_alias: str | None = None) -> TurnPlan:
+               model_alias: str | None = None, attachments: list[Any] | None = None) -> TurnPlan:
     """Prepare the turn answering ``text`` as a new branch beside user message ``message_id``
-    (docs/store.md "Branches"); every follower first gets the branch's ``snapshot``.
+    (docs/store.md "Branches"); every follower first gets the branch's ``snapshot``. The new
+    message keeps the edited one's attachments, or carries ``attachments`` (ids of the edited
+    message's attachments or of new uploads) when given (docs/attachments.md "Sending").
 
     Raises:
         ProblemError: as :func:`send`; ``invalid-request`` when ``message_id`` is not a user
@@ -180,7 +189,7 @@ async def edit(hub: TurnHub, *, user: Any, conversation_id: uuid.UUID | str, mes
 
     def save(**kwargs: Any) -> store.TurnStart:
         return store.message_send(user=user, conversation_id=conversation_id, text=text, replaces=message_id,
-                                  **kwargs)
+                                  attachments=attachments, **kwargs)
 
     return await _prepared(hub, _prepare, user, save, model_alias, False, True)
 

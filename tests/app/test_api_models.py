@@ -23,8 +23,8 @@ async def test_models_lists_aliases_without_keys_or_urls(fake: FakeProvider) -> 
         "configured": True,
         "default": "fast",
         "models": [
-            {"alias": "fast", "label": "Fast", "context_window": 4096, "supports_tools": True, "default": True},
-            {"alias": "plain", "label": "plain", "context_window": 8192, "supports_tools": False, "default": False},
+            {"alias": "fast", "label": "Fast", "context_window": 4096, "supports_tools": True, "input": ["text", "image"], "default": True},
+            {"alias": "plain", "label": "plain", "context_window": 8192, "supports_tools": False, "input": ["text", "image"], "default": False},
         ],
     }
     text = response.content.decode()

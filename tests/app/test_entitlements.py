@@ -112,6 +112,7 @@ def test_an_intern_sees_only_the_interns_models_on_the_page_and_in_ai_models(
     listing = client.get("/ai/models").json()
     assert listing["default"] == SMALL
     assert listing["models"] == [{"alias": SMALL, "label": "Small", "context_window": 1000, "supports_tools": True,
+                                  "input": ["text", "image"],
                                   "default": True}]
     token = ApiToken.issue(user=intern, name="t")[1]
     assert Client().get("/ai/models", headers={"Authorization": f"Bearer {token}"}).json() == listing
@@ -220,7 +221,7 @@ def test_the_command_sets_a_groups_entitlements_and_prints_them(fake: FakeProvid
     assert out.getvalue().splitlines() == [
         "group interns", f"models: {SMALL}", "Turns per minute: 5 (group interns)",
         "Tokens per day (UTC): 2,000,000 (setting JXAI_TOKENS_PER_DAY)", "Cost per day (USD, UTC): $1.2500 (group interns)",
-        "Stored files (bytes): unlimited (setting JXAI_STORAGE_PER_USER_BYTES)"]
+        "Stored files (bytes): 524,288,000 (setting JXAI_STORAGE_PER_USER_BYTES)"]
     out = io.StringIO()
     call_command("group_entitlements", "interns", "--models", "", "--turns-per-minute", "", stdout=out)
     assert out.getvalue().splitlines()[1:3] == ["models: every configured model",

@@ -235,7 +235,7 @@ def test_reading_the_active_path_costs_the_same_whatever_its_length(user: Any) -
         assert len(path.messages) == 2 * exchanges  # the last answer is the regenerate's placeholder
         return len(captured)
 
-    assert queries(2) == queries(8) == 4  # the conversation, the tree's shape, the path's rows, their calls
+    assert queries(2) == queries(8) == 5  # the conversation, the tree's shape, the path's rows, their calls, their attachments
 
 
 def test_switching_clears_the_error_and_keeps_updated_at(user: Any, chat: Any) -> None:

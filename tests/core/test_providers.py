@@ -183,10 +183,10 @@ def test_public_listing_shows_no_keys_or_urls(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("JXAI_TEST_OPENAI_KEY", "sk-secret-value")
     listing = ModelRegistry.from_dict(CONFIG).public_listing()
     assert listing == [
-        {"alias": "gpt", "label": "GPT-4o", "context_window": 128000, "supports_tools": True, "default": True},
-        {"alias": "sonnet", "label": "sonnet", "context_window": 200000, "supports_tools": True, "default": False},
-        {"alias": "tiny", "label": "tiny", "context_window": DEFAULT_CONTEXT_WINDOW, "supports_tools": False, "default": False},
-        {"alias": "via-gw", "label": "via-gw", "context_window": 128000, "supports_tools": True, "default": False},
+        {"alias": "gpt", "label": "GPT-4o", "context_window": 128000, "supports_tools": True, "input": ["text", "image"], "default": True},
+        {"alias": "sonnet", "label": "sonnet", "context_window": 200000, "supports_tools": True, "input": ["text", "image"], "default": False},
+        {"alias": "tiny", "label": "tiny", "context_window": DEFAULT_CONTEXT_WINDOW, "supports_tools": False, "input": ["text", "image"], "default": False},
+        {"alias": "via-gw", "label": "via-gw", "context_window": 128000, "supports_tools": True, "input": ["text", "image"], "default": False},
     ]
     text = json.dumps(listing)
     for secret in ("sk-secret-value", "JXAI_TEST_OPENAI_KEY", "https://", "http://", "anthropic-version", "gpt-4o-mini"):

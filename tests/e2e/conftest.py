@@ -140,7 +140,8 @@ def app_server(django_db_setup: Any, django_db_blocker: Any,
            "JXAI_MODELS_JSON": json.dumps(registry), "DJANGO_DEBUG": "1", "JXAI_UPSTREAM_RETRIES": "0",
            "JXAI_CONVERSATIONS_PAGE_SIZE": str(PAGE_SIZE), "PYTHONUNBUFFERED": "1", "DJANGO_LOG_LEVEL": "WARNING",
            "JXAI_OIDC_ISSUER": oidc_idp.issuer, "JXAI_OIDC_CLIENT_ID": CLIENT_ID,
-           "JXAI_OIDC_CLIENT_SECRET": CLIENT_SECRET, "JXAI_OIDC_NAME": "Test IdP", "JXAI_OIDC_GROUP_PREFIX": "idp-"}
+           "JXAI_OIDC_CLIENT_SECRET": CLIENT_SECRET, "JXAI_OIDC_NAME": "Test IdP", "JXAI_OIDC_GROUP_PREFIX": "idp-",
+           "DJANGO_MEDIA_ROOT": str(RESULTS / "media")}  # uploaded attachments (docs/attachments.md)
     for name in ("JXAI_MODELS_FILE", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         env.pop(name, None)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The model the browser tests talk to: a :class:`FakeProvider` handler that picks its answer
 from the conversation it is sent, so each test chooses a behaviour by what it types.
 
-The last message decides:
+The last message decides (a question with attachments: its text parts):
 
 * a ``tool`` message (a tool round just ran) → a short text answer quoting the result;
 * a user message that mentions the **calculator** → one streamed ``calculate`` call
@@ -112,7 +112,10 @@ class ScriptedModel:
         if last.get("role") == "tool":
             return Script(writes=openai_text_stream(["The result ", "is **42**", " (from the calculator)."],
                                                     usage=USAGE), delay=0.03)
-        text = str(last.get("content") or "")
+        content = last.get("content")
+        if isinstance(content, list):  # a question with attachments: its text parts decide
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        text = str(content or "")
         if "calculator" in text.lower():
             return Script(writes=openai_tool_call_stream("call_calc_1", "calculate", ['{"expression"', ': "6 * 7"}'],
                                                          text=["Let me work that out."], usage=USAGE), delay=0.05)

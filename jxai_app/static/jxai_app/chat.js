@@ -15,6 +15,7 @@ import { ShareDialog, ShareList } from "./sharing.js";
 import { Connection, TurnSequencer } from "./socket.js";
 import { reopenCardApproval } from "./render.js";
 import { Transcript } from "./transcript.js";
+import { AttachmentTray } from "./attachments.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
 const $ = (id) => document.getElementById(id);
@@ -46,6 +47,7 @@ const state = {
   turnPending: false,         // sent, and no event of the new turn seen yet
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
   reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
+  sentFiles: [],              // the last send's attachments (attachments.js), back in the composer if refused
 };
 
 const transcript = new Transcript(ui.transcript, ui.empty, {
@@ -102,6 +104,17 @@ new DataControls({ importInput: $("import-data"), importStatus: $("import-status
 new FeedbackControls(ui.transcript, {
   request: (frame) => connection.send(frame),
   maxChars: initial.feedbackCommentMaxChars,
+});
+
+// docs/attachments.md "The page": the composer's files; a text-only model refuses images here.
+const modelInfo = () => (initial.models || []).find((m) => m.alias === header.model) || {};
+const tray = new AttachmentTray({
+  form: ui.form, composer: ui.composer, input: $("attach-input"), picker: $("attach"), tray: $("attachment-tray"),
+  csrf: (ui.form.querySelector("[name=csrfmiddlewaretoken]") || {}).value || "",
+}, {
+  takesImages: () => (modelInfo().input || ["text", "image"]).includes("image"),
+  modelName: () => modelInfo().label || header.model || "This model",
+  onError: (message) => showError(message, { retry: false }),
 });
 
 const header = new Header(ui, {
@@ -297,11 +310,15 @@ function setStreaming(on) {
 function sendMessage() {
   const text = ui.composer.value;
   if (!text.trim() || state.streaming) return;
+  if (tray.busy()) {
+    showError("A file is still uploading; send when its bar is full.", { retry: false });
+    return;
+  }
   if (initial.maxMessageChars && text.length > initial.maxMessageChars) {
     showError(`Your message is longer than ${initial.maxMessageChars} characters.`, { retry: false });
     return;
   }
-  const frame = { type: "send", conversationId: state.currentId, text, model: header.model };
+  const frame = { type: "send", conversationId: state.currentId, text, model: header.model, attachments: tray.ids() };
   if (!state.currentId && ui.temporary.checked) frame.temporary = true;
   if (!connection.send(frame)) {
     showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
@@ -311,6 +328,7 @@ function sendMessage() {
   state.awaitingNew = state.currentId === null;
   state.turnPending = true;
   ui.composer.value = "";
+  state.sentFiles = tray.take();
   transcript.addPending(text);
   setStreaming(true);
 }
@@ -375,6 +393,8 @@ function handleErrorFrame(frame) {
     // Nothing is lost: the refused text goes back into the composer.
     const text = transcript.takeBackPending();
     if (text !== null && !ui.composer.value) ui.composer.value = text;
+    tray.putBack(state.sentFiles);
+    state.sentFiles = [];
     state.awaitingNew = false;
     state.turnPending = false;
     // A turn another tab started may be running here: keep showing it (and its Stop).

@@ -12,6 +12,7 @@ import {
   setCardResult, setCardState, setNote, setReasoning, toolCard, userMessage,
 } from "./render.js";
 import { openEditor, setBranchControls } from "./branches.js";
+import { showAttachments } from "./attachments.js";
 
 export const STOPPED_NOTE = "Stopped. This partial answer was not saved.";
 
@@ -92,6 +93,7 @@ export class Transcript {
 
   /** Branch controls (branches.js); Regenerate goes on the message that starts an answer. */
   decorate(node, message) {
+    if (message.role === "user") showAttachments(node, message.attachments);
     const parent = message.parentId == null ? null : this.find(message.parentId);
     setBranchControls(node, message, {
       answer: message.role === "assistant" && Boolean(parent && parent.classList.contains("user")),

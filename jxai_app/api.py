@@ -82,7 +82,7 @@ async def _accept(request: HttpRequest) -> tuple[gateway.ChatRequest, gateway.Se
     upstream = gateway.select_client(chat_request, caller, registry=conf.get_model_registry(),
                                      timeouts=conf.get_client_timeouts(),
                                      retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
-                                     secrets=conf.stream_secrets())
+                                     secrets=conf.stream_secrets(), max_output_tokens=conf.answer_token_limit())
     try:
         budget = await db_request(TurnBudget.admit, principal.user, prompt_tokens=gateway.prompt_estimate(chat_request),
                                   model=upstream.model)

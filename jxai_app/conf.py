@@ -154,7 +154,15 @@ def build_client(alias: str | None, *, transport: Any = None) -> Any:
     registry = get_model_registry()
     model = registry.resolve(alias)
     pool = shared_pool() if transport is None else None
-    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport, pool=pool)
+    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport, pool=pool,
+                                 max_output_tokens=answer_token_limit())
+
+
+def answer_token_limit() -> int | None:
+    """The output token limit every model request is sent with: the answer allowance its quota
+    reservation holds (``JXAI_RESERVE_OUTPUT_TOKENS``; docs/security.md "Quota reservations"),
+    ``None`` when that is 0 (no answer reserved, the model's own ``max_tokens`` only)."""
+    return get_limits().reserve_output_tokens or None
 
 
 def get_agent_policy() -> AgentPolicy:

@@ -22,6 +22,7 @@ import functools
 import ipaddress
 import json
 import os
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,6 +344,28 @@ def login_ip_header() -> str:
     """``JXAI_LOGIN_IP_HEADER``: the ``request.META`` key holding the client address a reverse
     proxy set (``HTTP_X_FORWARDED_FOR``, ``HTTP_X_REAL_IP``), or ``""`` for ``REMOTE_ADDR``."""
     return str(settings.JXAI_LOGIN_IP_HEADER)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLoginDelay:
+    """The per-account login delay (docs/security.md "Password guessing from many addresses")."""
+
+    failure_limit: int
+    """Failures of one username, from any address, before tries wait (``JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT``, 0 = off)."""
+    delay_seconds: float
+    """The first wait (``JXAI_LOGIN_ACCOUNT_DELAY_SECONDS``); it doubles with every further failure."""
+    max_delay_seconds: float
+    """The longest wait (``JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS``)."""
+    window: timedelta
+    """How far back failures count: axes' cool-off (``JXAI_LOGIN_COOLOFF_MINUTES``)."""
+
+
+def account_login_delay() -> AccountLoginDelay:
+    """The per-account login delay's settings (:class:`AccountLoginDelay`)."""
+    return AccountLoginDelay(failure_limit=int(settings.JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT),
+                             delay_seconds=float(settings.JXAI_LOGIN_ACCOUNT_DELAY_SECONDS),
+                             max_delay_seconds=float(settings.JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS),
+                             window=settings.AXES_COOLOFF_TIME)
 
 
 def allow_client_provider() -> bool:

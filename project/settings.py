@@ -89,6 +89,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "jxai_app.web.csp.ContentSecurityPolicyMiddleware",
+    "jxai_app.web.login.AccountLoginDelayMiddleware",  # a username guessed at from many addresses waits
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
@@ -210,6 +211,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # no banner on every manage.py command
 AXES_CLIENT_IP_CALLABLE = "jxai_app.web.clientip.client_ip"
+# Beside it, per account from any address (jxai_app/web/login.py; docs/security.md "Password
+# guessing from many addresses"): after this many failures within the cool-off, each try waits
+# a delay doubling from DELAY_SECONDS up to DELAY_MAX_SECONDS after the last failure (0 = off).
+JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT = int(os.environ.get("JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT", "10"))
+JXAI_LOGIN_ACCOUNT_DELAY_SECONDS = float(os.environ.get("JXAI_LOGIN_ACCOUNT_DELAY_SECONDS", "1"))
+JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS = float(os.environ.get("JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS", "300"))
 # Behind a reverse proxy every login comes from the proxy's address: name the META key of
 # the header it sets (e.g. HTTP_X_FORWARDED_FOR, whose last address the proxy appended).
 JXAI_LOGIN_IP_HEADER = os.environ.get("JXAI_LOGIN_IP_HEADER", "")

@@ -263,6 +263,12 @@ class Limits:
     """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
     reserve_output_tokens: int
     """Tokens each model request reserves for its answer (``JXAI_RESERVE_OUTPUT_TOKENS``)."""
+    ws_expensive_rate: float = 1.0
+    """Expensive requests one socket may make per second, on average (``JXAI_WS_EXPENSIVE_RATE``, 0 = no limit)."""
+    ws_expensive_burst: int = 10
+    """Expensive requests one socket may make at once (``JXAI_WS_EXPENSIVE_BURST``)."""
+    ws_max_unsent_bytes: int = 8 * 1024 * 1024
+    """Bytes a socket may have sent that its client has not taken (``JXAI_WS_MAX_UNSENT_BYTES``, 0 = no bound)."""
 
 
 def get_limits() -> Limits:
@@ -279,6 +285,9 @@ def get_limits() -> Limits:
         max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
         max_sockets_per_user=settings.JXAI_MAX_SOCKETS_PER_USER,
         reserve_output_tokens=max(0, int(settings.JXAI_RESERVE_OUTPUT_TOKENS)),
+        ws_expensive_rate=max(0.0, float(settings.JXAI_WS_EXPENSIVE_RATE)),
+        ws_expensive_burst=max(1, int(settings.JXAI_WS_EXPENSIVE_BURST)),
+        ws_max_unsent_bytes=max(0, int(settings.JXAI_WS_MAX_UNSENT_BYTES)),
     )
 
 

@@ -311,9 +311,16 @@ JXAI_MAX_ANSWER_CHARS = int(os.environ.get("JXAI_MAX_ANSWER_CHARS", "4000000"))
 # on one worker process (a further one is closed with 4429; docs/websocket.md "Limits").
 JXAI_MAX_TOOL_CALLS_PER_ROUND = int(os.environ.get("JXAI_MAX_TOOL_CALLS_PER_ROUND", "20"))
 JXAI_MAX_SOCKETS_PER_USER = int(os.environ.get("JXAI_MAX_SOCKETS_PER_USER", "50"))
+# One socket's expensive requests (subscribe, switch_branch, search, instructions, feedback):
+# a token bucket of BURST refilled at RATE per second; past it, a rate-limited error frame.
+JXAI_WS_EXPENSIVE_RATE = float(os.environ.get("JXAI_WS_EXPENSIVE_RATE", "1"))
+JXAI_WS_EXPENSIVE_BURST = int(os.environ.get("JXAI_WS_EXPENSIVE_BURST", "10"))
+# Bytes one socket may have sent but not yet taken by its client (the server's buffer while the
+# client does not read); past it the socket is closed with 4500 (0 = no bound).
+JXAI_WS_MAX_UNSENT_BYTES = int(os.environ.get("JXAI_WS_MAX_UNSENT_BYTES", str(8 * 1024 * 1024)))
 # Every model request reserves its prompt estimate plus this many tokens
 # for its answer against the daily quota before it is sent (docs/security.md "Quota
-# reservations"); set it to the largest answer your models give (their max_tokens).
+# reservations"), and the output limit each request is sent with (max_tokens / max_output_tokens).
 JXAI_RESERVE_OUTPUT_TOKENS = int(os.environ.get("JXAI_RESERVE_OUTPUT_TOKENS", "4096"))
 # Turn lifecycle under faults (docs/turns.md): the lease a running turn renews in its row,
 # how long a failed write of a finished round or turn is retried, how long SIGTERM lets

@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 from bench.e2e import (  # noqa: E402  (after the path is set)
     Sampler, bench_models, connect, make_users, rss_kib, setup_django, start_provider, start_worker, stop_all,
 )
-from tests.app.store_support import saved_answer  # noqa: E402
 from tests.support.workers import deaf_socket, ws_frame  # noqa: E402
 
 PROVIDER_PROGRAM = """
@@ -114,6 +113,8 @@ def main() -> int:
     server = None
     try:
         setup_django(database_url)
+        from tests.app.store_support import saved_answer  # the models need Django set up
+
         (owner, attacker), (_, victim) = make_users(2, "flood")
         cid = saved_answer(owner, args.chars)
         server, port = start_worker(database_url, bench_models(provider_url), {"PYTHONMALLOC": "malloc"})

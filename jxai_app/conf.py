@@ -263,11 +263,11 @@ class Limits:
     """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
     reserve_output_tokens: int
     """Tokens each model request reserves for its answer (``JXAI_RESERVE_OUTPUT_TOKENS``)."""
-    ws_expensive_rate: float = 1.0
+    ws_expensive_rate: float
     """Expensive requests one socket may make per second, on average (``JXAI_WS_EXPENSIVE_RATE``, 0 = no limit)."""
-    ws_expensive_burst: int = 10
+    ws_expensive_burst: int
     """Expensive requests one socket may make at once (``JXAI_WS_EXPENSIVE_BURST``)."""
-    ws_max_unsent_bytes: int = 8 * 1024 * 1024
+    ws_max_unsent_bytes: int
     """Bytes a socket may have sent that its client has not taken (``JXAI_WS_MAX_UNSENT_BYTES``, 0 = no bound)."""
 
 

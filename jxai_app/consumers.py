@@ -215,7 +215,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.user = user
         self._gone = asyncio.Event()
         self._buffer = attach(self.base_send)
-        self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain)
+        self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain,
+                               writable=None if self._buffer is None else self._buffer.writable)
         self.session.start()
         session_key = getattr(self.scope.get("session"), "session_key", None)
         self._watch = asyncio.ensure_future(self._watch_login(user.pk, session_key))
@@ -276,7 +277,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             except PEER_GONE as exc:
                 raise SocketGone() from exc
             limit = conf.get_limits().ws_max_unsent_bytes
-            if self._buffer is not None and limit and self._buffer.sent(len(text.encode("utf-8"))) > limit:
+            if self._buffer is not None and limit and self._buffer.unsent > limit:
                 logger.info("websocket: user %s has not taken %d bytes sent (JXAI_WS_MAX_UNSENT_BYTES); "
                             "closing with %d", self.user.pk, self._buffer.unsent, UNSENDABLE_CLOSE_CODE)
                 await self.close(code=UNSENDABLE_CLOSE_CODE)

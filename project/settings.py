@@ -317,7 +317,7 @@ JXAI_WS_EXPENSIVE_RATE = float(os.environ.get("JXAI_WS_EXPENSIVE_RATE", "1"))
 JXAI_WS_EXPENSIVE_BURST = int(os.environ.get("JXAI_WS_EXPENSIVE_BURST", "10"))
 # Bytes one socket may have sent but not yet taken by its client (the server's buffer while the
 # client does not read); past it the socket is closed with 4500 (0 = no bound).
-JXAI_WS_MAX_UNSENT_BYTES = int(os.environ.get("JXAI_WS_MAX_UNSENT_BYTES", str(8 * 1024 * 1024)))
+JXAI_WS_MAX_UNSENT_BYTES = int(os.environ.get("JXAI_WS_MAX_UNSENT_BYTES", str(32 * 1024 * 1024)))
 # Every model request reserves its prompt estimate plus this many tokens
 # for its answer against the daily quota before it is sent (docs/security.md "Quota
 # reservations"), and the output limit each request is sent with (max_tokens / max_output_tokens).

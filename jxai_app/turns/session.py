@@ -31,7 +31,9 @@ with it (the queued one answers both, and costs one token). Snapshots are loaded
 database thread and snapshots and replays encoded to JSON in a thread, off the event loop,
 one at a time per worker (a slot shared by every socket), so a flood of them costs one
 snapshot's memory at a time; a socket whose client is gone (or was closed for not reading)
-runs none of its queued requests.
+runs none of its queued requests, and one whose client has not taken what it was sent (the
+server's write buffer is full: ``jxai_app.web.wsbuffer``) answers its next request only once
+it has.
 
 Snapshot rule: when a turn runs, ``messages`` ends with the turn's user message and the
 turn's own rounds (even completed ones) are given only as ``turn.items``; without a
@@ -138,14 +140,19 @@ class Session:
         send: sends one text message on the socket (a frame's JSON, at most
             :data:`~jxai_app.turns.framing.MAX_FRAME_BYTES` bytes).
         close: closes the socket with a code (the drain's end; a socket that takes no frame).
+        writable: returns once the socket's client takes more (``None``: always at once);
+            awaited before each request is answered, so a client that stops reading gets no
+            further snapshots built for it.
     """
 
-    def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close) -> None:
+    def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close,
+                 writable: Callable[[], Awaitable[None]] | None = None) -> None:
         self.hub = hub
         self.user = user
         self.following: uuid.UUID | None = None
         self._send = send
         self._close = close
+        self._writable = writable
         self._seqs: OrderedDict[str, int] = OrderedDict()
         self._recovering: set[str] = set()
         self._resnapshot = False
@@ -363,6 +370,8 @@ class Session:
 
     async def _run_job(self, request: str | None, conversation_id: str | None,
                        job: Callable[[], Awaitable[None]]) -> None:
+        if self._writable is not None:
+            await self._writable()
         if self._peer_gone:  # nobody would read the answer: its disconnect follows
             return
         try:

@@ -8,11 +8,14 @@ when it has drained (``resumeProducing``). The transport holds one producer, and
 daphne it already has one (the HTTP channel the websocket was upgraded from), so
 :func:`attach` puts a :class:`SendBuffer` in its place that passes every call on to it.
 
-:class:`SendBuffer` is that producer for one socket: the bytes sent while the transport is
-paused are bytes the client has not taken (a lower bound: Twisted's own 64 KiB and the
-kernel's buffer come on top), and they fall back to 0 once it resumes. The consumer checks
-them against ``JXAI_WS_MAX_UNSENT_BYTES`` after each send and closes the socket with 4500
-past it.
+:class:`SendBuffer` is that producer for one socket. While the transport is paused, the
+bytes the client has not taken are what Twisted still holds for it (its write buffer:
+``dataBuffer`` from ``offset``, plus the writes not yet joined to it; the kernel's socket
+buffer comes on top); while it is not paused they are under Twisted's ``bufferSize``
+(64 KiB) and count as 0. The consumer checks them against ``JXAI_WS_MAX_UNSENT_BYTES``
+after each send and closes the socket with 4500 past it; and the socket's session waits for
+:meth:`SendBuffer.writable` before it answers its next request (a snapshot is not built for
+a client that has not taken the last one).
 
 Only daphne's ``send`` reaches a protocol (``functools.partial(server.handle_reply,
 protocol)``, which Channels' session middleware wraps and keeps as ``real_send``); under
@@ -22,6 +25,7 @@ bound.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from typing import Any
@@ -35,35 +39,44 @@ class SendBuffer:
     """Twisted's ``IPushProducer`` for one socket, counting what it sends while paused, in
     front of the transport's earlier producer ``inner`` (told everything, or ``None``)."""
 
-    def __init__(self, inner: Any = None) -> None:
-        self.inner = inner
+    def __init__(self, transport: Any, inner: Any = None) -> None:
+        self.transport, self.inner = transport, inner
         self.paused = False
-        self.unsent = 0
-        """Bytes sent since the transport paused (0 while it takes everything)."""
+        self._drained = asyncio.Event()
+        self._drained.set()
 
     def pauseProducing(self) -> None:  # noqa: N802 (Twisted's interface)
         """Twisted: the write buffer is full."""
         self.paused = True
+        self._drained.clear()
         if self.inner is not None:
             self.inner.pauseProducing()
 
     def resumeProducing(self) -> None:  # noqa: N802
         """Twisted: the write buffer drained."""
-        self.paused, self.unsent = False, 0
+        self.paused = False
+        self._drained.set()
         if self.inner is not None:
             self.inner.resumeProducing()
 
     def stopProducing(self) -> None:  # noqa: N802
         """Twisted: the connection is gone."""
         self.paused = False
+        self._drained.set()
         if self.inner is not None:
             self.inner.stopProducing()
 
-    def sent(self, size: int) -> int:
-        """``size`` more bytes were handed to the server; returns :attr:`unsent`."""
-        if self.paused:
-            self.unsent += size
-        return self.unsent
+    async def writable(self) -> None:
+        """Return once the transport takes more (at once while it is not paused)."""
+        await self._drained.wait()
+
+    @property
+    def unsent(self) -> int:
+        """Bytes Twisted holds for the client while the transport is paused (else 0)."""
+        if not self.paused:
+            return 0
+        held = len(getattr(self.transport, "dataBuffer", b"")) - int(getattr(self.transport, "offset", 0))
+        return held + int(getattr(self.transport, "_tempDataLen", 0))
 
 
 def attach(send: Any) -> SendBuffer | None:
@@ -82,7 +95,7 @@ def attach(send: Any) -> SendBuffer | None:
     if earlier is not None and not getattr(transport, "streamingProducer", True):
         logger.warning("websocket: the transport has a pull producer; its unsent bytes are not bounded")
         return None
-    buffer = SendBuffer(earlier)
+    buffer = SendBuffer(transport, earlier)
     if earlier is not None:
         transport.unregisterProducer()
     transport.registerProducer(buffer, True)

@@ -22,6 +22,7 @@ import functools
 import ipaddress
 import json
 import os
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +157,15 @@ def build_client(alias: str | None, *, transport: Any = None) -> Any:
     registry = get_model_registry()
     model = registry.resolve(alias)
     pool = shared_pool() if transport is None else None
-    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport, pool=pool)
+    return registry.build_client(model.alias, timeouts=get_client_timeouts(), transport=transport, pool=pool,
+                                 max_output_tokens=answer_token_limit())
+
+
+def answer_token_limit() -> int | None:
+    """The output token limit every model request is sent with: the answer allowance its quota
+    reservation holds (``JXAI_RESERVE_OUTPUT_TOKENS``; docs/security.md "Quota reservations"),
+    ``None`` when that is 0 (no answer reserved, the model's own ``max_tokens`` only)."""
+    return get_limits().reserve_output_tokens or None
 
 
 def get_agent_policy() -> AgentPolicy:
@@ -256,6 +265,12 @@ class Limits:
     """Websockets one user may hold open on one worker (``JXAI_MAX_SOCKETS_PER_USER``, 0 = no cap)."""
     reserve_output_tokens: int
     """Tokens each model request reserves for its answer (``JXAI_RESERVE_OUTPUT_TOKENS``)."""
+    ws_expensive_rate: float
+    """Expensive requests one socket may make per second, on average (``JXAI_WS_EXPENSIVE_RATE``, 0 = no limit)."""
+    ws_expensive_burst: int
+    """Expensive requests one socket may make at once (``JXAI_WS_EXPENSIVE_BURST``)."""
+    ws_max_unsent_bytes: int
+    """Bytes a socket may have sent that its client has not taken (``JXAI_WS_MAX_UNSENT_BYTES``, 0 = no bound)."""
 
 
 def get_limits() -> Limits:
@@ -272,6 +287,9 @@ def get_limits() -> Limits:
         max_answer_chars=settings.JXAI_MAX_ANSWER_CHARS,
         max_sockets_per_user=settings.JXAI_MAX_SOCKETS_PER_USER,
         reserve_output_tokens=max(0, int(settings.JXAI_RESERVE_OUTPUT_TOKENS)),
+        ws_expensive_rate=max(0.0, float(settings.JXAI_WS_EXPENSIVE_RATE)),
+        ws_expensive_burst=max(1, int(settings.JXAI_WS_EXPENSIVE_BURST)),
+        ws_max_unsent_bytes=max(0, int(settings.JXAI_WS_MAX_UNSENT_BYTES)),
     )
 
 
@@ -349,6 +367,28 @@ def login_ip_header() -> str:
     """``JXAI_LOGIN_IP_HEADER``: the ``request.META`` key holding the client address a reverse
     proxy set (``HTTP_X_FORWARDED_FOR``, ``HTTP_X_REAL_IP``), or ``""`` for ``REMOTE_ADDR``."""
     return str(settings.JXAI_LOGIN_IP_HEADER)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLoginDelay:
+    """The per-account login delay (docs/security.md "Password guessing from many addresses")."""
+
+    failure_limit: int
+    """Failures of one username, from any address, before tries wait (``JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT``, 0 = off)."""
+    delay_seconds: float
+    """The first wait (``JXAI_LOGIN_ACCOUNT_DELAY_SECONDS``); it doubles with every further failure."""
+    max_delay_seconds: float
+    """The longest wait (``JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS``)."""
+    window: timedelta
+    """How far back failures count: axes' cool-off (``JXAI_LOGIN_COOLOFF_MINUTES``)."""
+
+
+def account_login_delay() -> AccountLoginDelay:
+    """The per-account login delay's settings (:class:`AccountLoginDelay`)."""
+    return AccountLoginDelay(failure_limit=int(settings.JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT),
+                             delay_seconds=float(settings.JXAI_LOGIN_ACCOUNT_DELAY_SECONDS),
+                             max_delay_seconds=float(settings.JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS),
+                             window=settings.AXES_COOLOFF_TIME)
 
 
 def allow_client_provider() -> bool:

@@ -19,7 +19,10 @@ socket's :class:`~jxai_app.turns.session.Session`, which runs it in its own task
   The socket stays open and nothing saved changes.
 - What the socket sends is sized by the session (:mod:`jxai_app.turns.framing`): no message
   over ``MAX_FRAME_BYTES``; a frame that cannot be sent becomes an ``error`` frame and a
-  fresh snapshot, or closes the socket with 4500.
+  fresh snapshot, or closes the socket with 4500. A client that stops reading may leave at
+  most ``JXAI_WS_MAX_UNSENT_BYTES`` sent and not taken (:mod:`jxai_app.web.wsbuffer`); past
+  that the socket is closed with 4500 too. Expensive requests are rate-limited per socket
+  by the session (docs/websocket.md "Limits").
 - Once the socket closed it sends nothing more and leaves no task of its own behind; a
   running turn goes on and saves on its own (``JXAI_CANCEL_ON_DISCONNECT`` to stop it when
   its last tab closes).
@@ -45,8 +48,9 @@ from jxai_app.core.problems import problem
 from jxai_app.core.unicode import is_clean
 from jxai_app.turns.hub import TurnHub
 from jxai_app.turns.worker import get_hub
-from jxai_app.turns.session import Session, SocketGone, error_frame
+from jxai_app.turns.session import UNSENDABLE_CLOSE_CODE, Session, SocketGone, error_frame
 from jxai_app.web.login import still_signed_in
+from jxai_app.web.wsbuffer import SendBuffer, attach
 
 __all__ = ["ChatConsumer", "TOO_MANY_SOCKETS_CLOSE_CODE", "UNAUTHENTICATED_CLOSE_CODE"]
 
@@ -190,6 +194,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     session: Session | None = None
     _watch: asyncio.Task[None] | None = None
     _gone: asyncio.Event | None = None
+    _buffer: SendBuffer | None = None
 
     channel_layer_alias = "jxai.consumer-uses-no-layer"
     """Not a configured alias: Channels gives the consumer no layer channel of its own (a
@@ -220,7 +225,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user = user
         self._gone = asyncio.Event()
-        self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain)
+        self._buffer = attach(self.base_send)
+        self.session = Session(hub=self.hub, user=user, send=self._send_frame, close=self._close_for_drain,
+                               writable=None if self._buffer is None else self._buffer.writable)
         self.session.start()
         session_key = getattr(self.scope.get("session"), "session_key", None)
         self._watch = asyncio.ensure_future(self._watch_login(user.pk, session_key))
@@ -271,13 +278,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
         Raises:
             SocketGone: the client already closed (the server refuses the send: daphne's
-                websocket library raises ``Disconnected``, ASGI servers an ``OSError``).
+                websocket library raises ``Disconnected``, ASGI servers an ``OSError``), or
+                this send took its unsent bytes past ``JXAI_WS_MAX_UNSENT_BYTES`` and the
+                socket was closed with 4500.
         """
         if self.session is not None:
             try:
                 await self.send(text_data=text)
             except PEER_GONE as exc:
                 raise SocketGone() from exc
+            limit = conf.get_limits().ws_max_unsent_bytes
+            if self._buffer is not None and limit and self._buffer.unsent > limit:
+                logger.info("websocket: user %s has not taken %d bytes sent (JXAI_WS_MAX_UNSENT_BYTES); "
+                            "closing with %d", self.user.pk, self._buffer.unsent, UNSENDABLE_CLOSE_CODE)
+                await self.close(code=UNSENDABLE_CLOSE_CODE)
+                raise SocketGone()
 
     async def _close_for_drain(self, code: int) -> None:
         """Close with ``code`` and wait (up to 2 s) for the client's answer, so the close

@@ -90,6 +90,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "jxai_app.web.csp.ContentSecurityPolicyMiddleware",
+    "jxai_app.web.login.AccountLoginDelayMiddleware",  # a username guessed at from many addresses waits
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into its 429 page
 ]
 
@@ -214,6 +215,12 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # no banner on every manage.py command
 AXES_CLIENT_IP_CALLABLE = "jxai_app.web.clientip.client_ip"
+# Beside it, per account from any address (jxai_app/web/login.py; docs/security.md "Password
+# guessing from many addresses"): after this many failures within the cool-off, each try waits
+# a delay doubling from DELAY_SECONDS up to DELAY_MAX_SECONDS after the last failure (0 = off).
+JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT = int(os.environ.get("JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT", "10"))
+JXAI_LOGIN_ACCOUNT_DELAY_SECONDS = float(os.environ.get("JXAI_LOGIN_ACCOUNT_DELAY_SECONDS", "1"))
+JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS = float(os.environ.get("JXAI_LOGIN_ACCOUNT_DELAY_MAX_SECONDS", "300"))
 # Behind a reverse proxy every login comes from the proxy's address: name the META key of
 # the header it sets (e.g. HTTP_X_FORWARDED_FOR, whose last address the proxy appended).
 JXAI_LOGIN_IP_HEADER = os.environ.get("JXAI_LOGIN_IP_HEADER", "")
@@ -308,9 +315,16 @@ JXAI_MAX_ANSWER_CHARS = int(os.environ.get("JXAI_MAX_ANSWER_CHARS", "4000000"))
 # on one worker process (a further one is closed with 4429; docs/websocket.md "Limits").
 JXAI_MAX_TOOL_CALLS_PER_ROUND = int(os.environ.get("JXAI_MAX_TOOL_CALLS_PER_ROUND", "20"))
 JXAI_MAX_SOCKETS_PER_USER = int(os.environ.get("JXAI_MAX_SOCKETS_PER_USER", "50"))
+# One socket's expensive requests (subscribe, switch_branch, search, instructions, feedback):
+# a token bucket of BURST refilled at RATE per second; past it, a rate-limited error frame.
+JXAI_WS_EXPENSIVE_RATE = float(os.environ.get("JXAI_WS_EXPENSIVE_RATE", "1"))
+JXAI_WS_EXPENSIVE_BURST = int(os.environ.get("JXAI_WS_EXPENSIVE_BURST", "10"))
+# Bytes one socket may have sent but not yet taken by its client (the server's buffer while the
+# client does not read); past it the socket is closed with 4500 (0 = no bound).
+JXAI_WS_MAX_UNSENT_BYTES = int(os.environ.get("JXAI_WS_MAX_UNSENT_BYTES", str(32 * 1024 * 1024)))
 # Every model request reserves its prompt estimate plus this many tokens
 # for its answer against the daily quota before it is sent (docs/security.md "Quota
-# reservations"); set it to the largest answer your models give (their max_tokens).
+# reservations"), and the output limit each request is sent with (max_tokens / max_output_tokens).
 JXAI_RESERVE_OUTPUT_TOKENS = int(os.environ.get("JXAI_RESERVE_OUTPUT_TOKENS", "4096"))
 # Turn lifecycle under faults (docs/turns.md): the lease a running turn renews in its row,
 # how long a failed write of a finished round or turn is retried, how long SIGTERM lets

@@ -293,7 +293,8 @@ class SelectedUpstream:
 
 def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry: ModelRegistry,
                   timeouts: ClientTimeouts, retry: RetryPolicy,
-                  build: Callable[[str], ChatClient] | None = None, secrets: Sequence[str] = ()) -> SelectedUpstream:
+                  build: Callable[[str], ChatClient] | None = None, secrets: Sequence[str] = (),
+                  max_output_tokens: int | None = None) -> SelectedUpstream:
     """Pick the streaming client for an accepted request.
 
     Args:
@@ -305,6 +306,9 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         build: ``build(alias)`` → client (default ``registry.build_client`` with ``timeouts``).
         secrets: further credentials the stream must never show (the deployment's, beside
             the provider key the request uses).
+        max_output_tokens: the answer allowance the request's reservation holds, sent as its
+            output limit (``ModelRegistry.build_client``; a caller's provider gets it as
+            ``max_tokens``); ``None``: no limit of jxai's.
 
     Returns:
         The selected upstream, its client guarded (retried, and the request's provider key
@@ -321,7 +325,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
             raise problem_error("invalid-request", "model is required with a caller-supplied provider URL.")
         transport = PinnedTransport(caller.checked)
         client = OpenAIChatClient(base_url=caller.checked.url, model=chat.model, api_key=caller.api_key,
-                                  timeouts=timeouts, transport=transport)
+                                  timeouts=timeouts, transport=transport, max_tokens=max_output_tokens)
         masked = (caller.api_key, *secrets)
         return SelectedUpstream(guarded(client, retry=retry, secrets=masked), chat.model, masked, transport)
     try:
@@ -335,8 +339,8 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     refused = model.refused_input(chat.messages)
     if refused is not None:
         raise problem_error("capability-unavailable", refused, model=model.alias)
-    configured: ChatClient = build(model.alias) if build is not None else registry.build_client(model.alias,
-                                                                                                timeouts=timeouts)
+    configured: ChatClient = build(model.alias) if build is not None else registry.build_client(
+        model.alias, timeouts=timeouts, max_output_tokens=max_output_tokens)
     key = registry.provider(model.provider).api_key
     masked = (*((key,) if key else ()), *secrets)
     return SelectedUpstream(guarded(configured, retry=retry, secrets=masked), model.alias, masked)

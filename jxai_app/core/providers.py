@@ -166,7 +166,8 @@ class ModelRegistry:
         out: the credentials streamed text is masked of (docs/security.md "Secret leakage in streamed text")."""
         return tuple(dict.fromkeys(key for p in self._providers.values() if (key := p.api_key)))
 
-    def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None, pool: Any = None) -> Any:
+    def build_client(self, alias: str, *, timeouts: Any = None, transport: Any = None, pool: Any = None,
+                     max_output_tokens: int | None = None) -> Any:
         """Construct the streaming client for a model (docs/streaming.md "The client
         interface"), reading its key now.
 
@@ -176,6 +177,12 @@ class ModelRegistry:
             transport: an ``httpx.AsyncBaseTransport`` (tests), or ``None`` for the network.
             pool: a ``jxai_app.core.streaming.pool.ConnectionPool`` whose kept-alive connections
                 the client uses (``None``: a fresh connection per request).
+            max_output_tokens: the answer's token limit the request's quota reservation allows
+                (docs/security.md "Quota reservations"), sent as the provider's output limit
+                (``max_tokens`` for chat completions and Anthropic Messages,
+                ``max_output_tokens`` for the Responses API) unless the model's own
+                ``max_tokens`` is lower; ``None``: the model's own only. The proxy kind
+                sends none (the jxai it talks to applies its own).
 
         Returns:
             An ``OpenAIChatClient`` (kind ``openai``), ``ResponsesChatClient``
@@ -210,7 +217,7 @@ class ModelRegistry:
                 model=model.model_id,
                 temperature=model.temperature,
                 tool_choice=model.tool_choice if model.tool_choice is not None else "auto",
-                max_tokens=model.max_tokens,
+                max_tokens=_output_limit(model.max_tokens, max_output_tokens),
                 reasoning_effort=model.reasoning_effort,
                 tool_choice_when=model.tool_choice_when,
                 strip_leading_whitespace=model.strip_leading_whitespace,
@@ -220,8 +227,16 @@ class ModelRegistry:
             return AnthropicChatClient(
                 base_url=provider.base_url,
                 model=model.model_id,
-                max_tokens=model.max_tokens or 4096,
+                max_tokens=_output_limit(model.max_tokens, max_output_tokens) or 4096,
                 temperature=model.temperature,
                 **common,
             )
         return ProxyChatClient(chat_url=provider.base_url, model=model.model_id, api_base_url=provider.api_base_url, **common)
+
+
+def _output_limit(model_max: int | None, reserved: int | None) -> int | None:
+    """The output token limit to send: the lower of the model's own ``max_tokens`` and the
+    ``reserved`` answer allowance (docs/security.md "Quota reservations"); ``None`` when
+    neither is set."""
+    limits = [n for n in (model_max, reserved) if n]
+    return min(limits) if limits else None

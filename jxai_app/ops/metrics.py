@@ -17,6 +17,7 @@ processes only (``livesum``); a worker that stops cleanly removes its gauge file
 from __future__ import annotations
 
 import os
+from http import HTTPStatus
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -24,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 __all__ = [
     "ACTIVE_TURNS", "CONTENT_TYPE", "LAYER_PUBLISH_FAILURES", "PROVIDER_REQUESTS", "PROVIDER_RETRIES",
     "STORE_WRITE_RETRIES", "TIME_TO_FIRST_TOKEN", "TOKENS", "TOOL_CALLS", "TURNS_ENDED", "TURNS_STARTED",
-    "TURN_DURATION", "WEBSOCKETS_OPEN", "exposition", "forget_process",
+    "TURN_DURATION", "WEBSOCKETS_OPEN", "exposition", "forget_process", "status_label",
 ]
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -48,6 +49,22 @@ PROVIDER_REQUESTS = Counter(
     ["provider", "status"])
 PROVIDER_RETRIES = Counter("jxai_provider_retries", "Model requests retried after a 429/5xx before any output, "
                            "by provider and the status retried.", ["provider", "status"])
+_KNOWN_STATUSES = frozenset(str(int(status)) for status in HTTPStatus)
+
+
+def status_label(code: object) -> str:
+    """The ``status`` label of a provider's numeric status or error code (docs/operations.md
+    "Metrics"): a known HTTP status as itself (``429``), any other number from 100 to 599 as
+    its class (``4xx``), and anything else — a provider's own integer inside a 200 stream —
+    as ``other``, so no provider can add series without end."""
+    text = str(code)
+    if text in _KNOWN_STATUSES:
+        return text
+    if text.isdigit() and len(text) == 3 and "1" <= text[0] <= "5":
+        return text[0] + "xx"
+    return "other"
+
+
 TOOL_CALLS = Counter("jxai_tool_calls", "Tool calls by tool and outcome (success, failure).", ["tool", "outcome"])
 ACTIVE_TURNS = Gauge("jxai_active_turns", "Turns running now.", multiprocess_mode="livesum")
 WEBSOCKETS_OPEN = Gauge("jxai_websockets_open", "Websockets of logged-in users open now.",

@@ -105,20 +105,29 @@ CSV_COLUMNS = ("day", "user", "model", "input_tokens", "output_tokens", "estimat
 """The export's header row."""
 
 
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+"""First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection")."""
+
+
+def _inert(text: str) -> str:
+    """``text`` as a cell no spreadsheet runs: prefixed with ``'`` when it starts with one of
+    :data:`_FORMULA_STARTS` (docs/operations.md "Usage in admin")."""
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
 def csv_text(rows: Iterable[Any]) -> str:
     """The rows as CSV (RFC 4180, header :data:`CSV_COLUMNS`), cost in plain decimal USD.
 
-    A username is data: one starting with ``=``, ``+``, ``-``, ``@`` is prefixed with ``'``
-    so a spreadsheet does not run it as a formula.
+    Every text cell (day, username, model name: a caller may choose the model name) is data
+    and goes through one rule (:func:`_inert`), so a spreadsheet never runs one as a formula;
+    the counts and costs are numbers.
     """
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     for row in rows:
-        name = ERASED_USER if row.user is None else str(row.user.get_username())
-        if name[:1] in ("=", "+", "-", "@"):
-            name = "'" + name
-        writer.writerow([row.day.isoformat(), name, row.model, row.input_tokens, row.output_tokens,
-                         row.estimated_tokens, f"{row.cost_usd:f}", f"{row.estimated_cost_usd:f}", row.requests,
-                         row.failed_requests])
+        name = ERASED_USER if row.user is None else row.user.get_username()
+        texts = [_inert(str(text)) for text in (row.day.isoformat(), name, row.model)]
+        writer.writerow([*texts, row.input_tokens, row.output_tokens, row.estimated_tokens, f"{row.cost_usd:f}",
+                         f"{row.estimated_cost_usd:f}", row.requests, row.failed_requests])
     return out.getvalue()

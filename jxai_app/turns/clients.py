@@ -42,7 +42,7 @@ def _log_retry(alias: str) -> Callable[[int, ErrorEvent, float], None]:
 
     def on_retry(retry: int, error: ErrorEvent, delay: float) -> None:
         logger.info("model %s answered %s before any output; retry %d in %.2f s", alias, error.code, retry, delay)
-        metrics.PROVIDER_RETRIES.labels(provider, str(error.code)).inc()
+        metrics.PROVIDER_RETRIES.labels(provider, metrics.status_label(error.code)).inc()
 
     return on_retry
 

@@ -155,7 +155,7 @@ class TurnObserver:
     def _on_error(self, event: Mapping[str, Any]) -> None:
         self._problem = problem_slug(event.get("problem")) or "upstream-failure"
         code = str(event.get("code") or "")
-        self._error_status = code if code.isdigit() else ""
+        self._error_status = metrics.status_label(code) if code.isdigit() else ""
 
     def _on_tool_start(self, event: Mapping[str, Any]) -> None:
         if self._trace is not None:

@@ -21,6 +21,20 @@ answered with an ``error`` frame and a fresh snapshot of the followed conversati
 even that cannot be sent the socket is closed with :data:`UNSENDABLE_CLOSE_CODE`, never left
 open and silent.
 
+Expensive requests (docs/websocket.md "Limits"): ``subscribe``, ``switch_branch``,
+``search``, ``instructions`` and ``feedback`` each cost a database read of a conversation or
+more and a large frame; a socket may make ``JXAI_WS_EXPENSIVE_BURST`` of them at once and
+``JXAI_WS_EXPENSIVE_RATE`` a second on average (a token bucket), and one past it is answered
+with a ``rate-limited`` error frame naming the request, the socket staying open. A
+``subscribe`` to a conversation whose snapshot is still queued on this socket is coalesced
+with it (the queued one answers both, and costs one token). Snapshots are loaded in a
+database thread and snapshots and replays encoded to JSON in a thread, off the event loop,
+one at a time per worker (a slot shared by every socket), so a flood of them costs one
+snapshot's memory at a time; a socket whose client is gone (or was closed for not reading)
+runs none of its queued requests, and one whose client has not taken what it was sent (the
+server's write buffer is full: ``jxai_app.web.wsbuffer``) answers its next request only once
+it has.
+
 Snapshot rule: when a turn runs, ``messages`` ends with the turn's user message and the
 turn's own rounds (even completed ones) are given only as ``turn.items``; without a
 running turn ``messages`` is the whole saved transcript.
@@ -30,7 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 import uuid
+import weakref
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
@@ -64,6 +81,17 @@ _KNOWN_TURNS = 8
 _ENDED = 1 << 62
 """Last seq recorded for a turn that must be ignored from now on."""
 _SNAPSHOT_ATTEMPTS = 3
+EXPENSIVE_REQUESTS = frozenset({"subscribe", "switch_branch", "search", "instructions", "feedback"})
+"""Request types under the per-socket rate (module docstring)."""
+_ENCODED_IN_A_THREAD = frozenset({"snapshot", "replay"})
+"""Frame types that may be megabytes of JSON: encoded off the event loop."""
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _big_work_slot() -> asyncio.Semaphore:
+    """The worker's one slot for loading a snapshot or encoding a large frame (per event
+    loop): one socket's megabytes at a time, however many sockets ask."""
+    return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(1))
 UNSENDABLE_CLOSE_CODE = 4500
 """Close code when not even an ``error`` frame can be sent on the socket (reconnect); daphne
 lets an application close only with 1000 or 3000–4999, so RFC 6455's 1011 is not available."""
@@ -112,14 +140,19 @@ class Session:
         send: sends one text message on the socket (a frame's JSON, at most
             :data:`~jxai_app.turns.framing.MAX_FRAME_BYTES` bytes).
         close: closes the socket with a code (the drain's end; a socket that takes no frame).
+        writable: returns once the socket's client takes more (``None``: always at once);
+            awaited before each request is answered, so a client that stops reading gets no
+            further snapshots built for it.
     """
 
-    def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close) -> None:
+    def __init__(self, *, hub: TurnHub, user: Any, send: Send, close: Close,
+                 writable: Callable[[], Awaitable[None]] | None = None) -> None:
         self.hub = hub
         self.user = user
         self.following: uuid.UUID | None = None
         self._send = send
         self._close = close
+        self._writable = writable
         self._seqs: OrderedDict[str, int] = OrderedDict()
         self._recovering: set[str] = set()
         self._resnapshot = False
@@ -130,6 +163,10 @@ class Session:
         self._idle.set()
         self._closed = False
         self._peer_gone = False
+        limits = conf.get_limits()
+        self._rate, self._burst = limits.ws_expensive_rate, float(limits.ws_expensive_burst)
+        self._tokens, self._refilled = self._burst, time.monotonic()
+        self._pending_snapshots: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -196,8 +233,46 @@ class Session:
     def submit(self, request: str | None, conversation_id: str | None,
                job: Callable[[], Awaitable[None]]) -> None:
         """Run ``job`` in the session's task after what is queued; a ``ProblemError`` it
-        raises becomes an ``error`` frame answering ``request``."""
+        raises becomes an ``error`` frame answering ``request``. An expensive ``request``
+        over the socket's rate is refused with ``rate-limited`` instead, and a ``subscribe``
+        whose conversation's snapshot is still queued is coalesced with it (module docstring)."""
+        coalesce = request == "subscribe" and conversation_id is not None
+        if self._peer_gone or (coalesce and conversation_id in self._pending_snapshots):
+            return
+        if request in EXPENSIVE_REQUESTS:
+            wait = self._take_token()
+            if wait:
+                self.refuse(problem("rate-limited", f"Too many {request} requests on this connection; "
+                                    f"retry in {wait} s.", retry_after=wait),
+                            request=request, conversation_id=conversation_id)
+                return
+        if coalesce:
+            assert conversation_id is not None
+            self._pending_snapshots.add(conversation_id)
+            job = self._started_snapshot(conversation_id, job)
         self._put("job", (request, conversation_id, job))
+
+    def _take_token(self) -> int:
+        """Take one token of the expensive requests' bucket: 0 when there was one, else the
+        whole seconds until there is."""
+        if self._rate <= 0:
+            return 0
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._refilled) * self._rate)
+        self._refilled = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0
+        return max(1, math.ceil((1 - self._tokens) / self._rate))
+
+    def _started_snapshot(self, conversation_id: str,
+                          job: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """``job``, which from its start no longer coalesces later subscribes of ``conversation_id``."""
+        async def run() -> None:
+            self._pending_snapshots.discard(conversation_id)
+            await job()
+
+        return run
 
     async def run_now(self, request: str, conversation_id: str | None, job: Callable[[], Awaitable[None]]) -> None:
         """Run ``job`` at once, beside the queued requests (``cancel``); a ``ProblemError`` it
@@ -256,7 +331,12 @@ class Session:
             if self._closed or self._peer_gone:
                 return
             try:
-                for text in wire_texts(frame):
+                if frame.get("type") in _ENCODED_IN_A_THREAD:
+                    async with _big_work_slot():
+                        texts = await asyncio.to_thread(wire_texts, frame)
+                else:
+                    texts = wire_texts(frame)
+                for text in texts:
                     await self._send(text)
             except asyncio.CancelledError:
                 raise
@@ -290,6 +370,10 @@ class Session:
 
     async def _run_job(self, request: str | None, conversation_id: str | None,
                        job: Callable[[], Awaitable[None]]) -> None:
+        if self._writable is not None:
+            await self._writable()
+        if self._peer_gone:  # nobody would read the answer: its disconnect follows
+            return
         try:
             await job()
         except ProblemError as exc:
@@ -419,7 +503,8 @@ class Session:
         self._follow(conversation_id)
         frame: dict[str, Any] | None = None
         for attempt in range(_SNAPSHOT_ATTEMPTS):
-            data, messages, running = await db_request(_load, self.user, conversation_id)
+            async with _big_work_slot():
+                data, messages, running = await db_request(_load, self.user, conversation_id)
             frame = {"type": "snapshot", "conversationId": str(conversation_id), "conversation": data,
                      "messages": messages, "turn": None}
             if running is None:

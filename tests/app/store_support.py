@@ -63,3 +63,13 @@ class TurnFeed:
                                         estimated=estimated)
         self._round, self._produced = RoundAssembly(), 0
         return ok and (self.recorder.end_turn() if last else True)
+
+
+def saved_answer(owner: Any, chars: int) -> str:
+    """A new saved conversation of ``owner``: one question and an answer of ``chars``
+    characters (cut at the length limit); its id."""
+    turn = store.message_send(user=owner, conversation_id=None, text="Write at length.")
+    feed = TurnFeed(turn)
+    feed.add_delta(("All work and no play. " * (chars // 22 + 1))[:chars])
+    assert feed.finish_round(stop_reason="length", last=True)
+    return str(turn.conversation.pk)

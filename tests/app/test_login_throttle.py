@@ -1,6 +1,8 @@
 """Password guessing: django-axes locks a (username, client address) pair after
 ``JXAI_LOGIN_FAILURE_LIMIT`` failures for ``JXAI_LOGIN_COOLOFF_MINUTES``, on the site's login
-page and on admin's, even for the right password; other pairs are not affected.
+page and on admin's, even for the right password; other pairs are not affected. Guesses from
+many addresses make the account's tries wait a growing delay, never longer than its cap, and
+never for a browser that logged in to it before.
 
 Real parts: Django's test client on the real login views, the real axes backend and
 middleware, the real database (failures are ``AccessAttempt`` rows; the cool-off passes by
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
-from django.db.models import F
+from django.db.models import F, Sum
 from django.test import Client
 
 from tests.app.test_deploy_check import ROOT
@@ -100,3 +102,42 @@ def test_the_limits_come_from_the_environment() -> None:
     run = subprocess.run([sys.executable, "manage.py", "shell", "-v", "0", "-c", code], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert run.stdout.split()[0] == "False", run.stderr
+
+
+def test_guesses_from_many_addresses_wait_a_growing_delay_per_account_and_the_owner_is_never_locked_out(
+        settings: Any, member: Any) -> None:
+    settings.JXAI_LOGIN_ACCOUNT_DELAY_SECONDS = 60  # no try of this test waits on the clock
+    url = PAGES["site"]
+    owners_browser = Client()
+    assert owners_browser.post(url, {"username": "bob", "password": PASSWORD}, REMOTE_ADDR="10.9.9.9").status_code == 302
+    owners_browser.post("/accounts/logout/")  # the site's logout (the test client's own would drop every cookie)
+
+    # 100 wrong passwords from 25 addresses, 4 each: the per-pair lockout (5) never trips.
+    statuses = [_login(url, "wrong", address=f"10.1.0.{n // 4}") for n in range(100)]
+    assert statuses[:10] == [200] * 10  # the account's limit: 10 failures from any address
+    assert set(statuses[10:]) == {429}  # then each try waits, its password unchecked and uncounted
+    assert AccessAttempt.objects.filter(username="bob").aggregate(n=Sum("failures_since_start"))["n"] == 10
+    refused = Client().post(url, {"username": "bob", "password": PASSWORD}, REMOTE_ADDR="10.2.0.1")
+    assert refused.status_code == 429 and 0 < int(refused["Retry-After"]) <= 60
+    assert _login(PAGES["admin"], PASSWORD, address="10.2.0.1") == 429  # admin's login page too
+    assert _login(url, "wrong", username="carol") == 200  # other accounts are not affected
+
+    # The owner's browser, which logged in before, is not delayed.
+    assert owners_browser.post(url, {"username": "bob", "password": PASSWORD}, REMOTE_ADDR="10.9.9.9").status_code == 302
+
+    # The delay grows with every failure that was checked: 60 s, then 120 s.
+    _time_passes(1)
+    assert _login(url, "wrong", address="10.3.0.1") == 200  # the 11th failure, after the first wait
+    second = Client().post(url, {"username": "bob", "password": PASSWORD}, REMOTE_ADDR="10.2.0.1")
+    assert second.status_code == 429 and 60 < int(second["Retry-After"]) <= 120
+    _time_passes(1)
+    assert _login(url, PASSWORD, address="10.2.0.1") == 429
+    _time_passes(1)
+    assert _login(url, PASSWORD, address="10.2.0.1") == 302  # after the wait the right password logs in
+
+
+def test_no_account_delay_when_its_limit_is_zero(settings: Any, member: Any) -> None:
+    settings.JXAI_LOGIN_ACCOUNT_FAILURE_LIMIT = 0
+    url = PAGES["site"]
+    assert set(_login(url, "wrong", address=f"10.1.0.{n // 4}") for n in range(40)) == {200}
+    assert _login(url, PASSWORD, address="10.2.0.1") == 302

@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.app.turns_support import MODEL, Tab, fake, hub, text_script, tool_script  # noqa: F401
-from tests.support.fake_provider import FakeProvider, json_response
+from tests.support.fake_provider import FakeProvider, Script, json_response, openai_chunk, sse_json
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,3 +135,22 @@ async def test_readyz_answers_ok_then_fails_once_the_worker_drains(hub: Any) -> 
     draining = await client.get("/readyz")
     assert draining.status_code == 503 and json.loads(draining.content)["checks"]["drain"] == "draining"
     assert (await client.get("/healthz")).status_code == 200  # alive all the same
+
+
+async def test_a_providers_own_error_codes_map_to_a_bounded_set_of_statuses(
+        user: Any, fake: FakeProvider, hub: Any) -> None:
+    def requests(status: str) -> tuple[str, dict[str, str]]:
+        return ("jxai_provider_requests_total", {"provider": "fake", "status": status})
+
+    codes = [987654, 123456789, 499, 404]  # an error object inside a 200 stream, each with its own integer code
+    changes = Delta(requests("other"), requests("4xx"), requests("404"))
+    for code in codes:
+        fake.add(Script(writes=[openai_chunk({"role": "assistant", "content": ""}),
+                                sse_json({"error": {"message": "provider trouble", "code": code}})]))
+        tab = await run_turn(user)
+        assert tab.of_type("conversation")[-1]["conversation"]["status"] == "error"
+    await hub.wait_idle()
+    assert changes() == [2, 1, 1]
+    statuses = {s.labels["status"] for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())
+                for s in family.samples if family.name == "jxai_provider_requests"}
+    assert not statuses & {"987654", "123456789", "499"}

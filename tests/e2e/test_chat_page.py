@@ -89,6 +89,13 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
     saved.get_by_test_id("tool-result").wait_for(state="attached")
     assert saved.get_attribute("data-state") == "success"
     assert '"result": 42' in saved.get_by_test_id("tool-result").text_content()
+    # A short window, read to the end: an answer whose block arrives taller than the "near the
+    # end" margin is still followed (docs/architecture.md "The chat page").
+    page.set_viewport_size({"width": 1280, "height": 420})
+    page.get_by_test_id("transcript").evaluate("box => { box.scrollTop = box.scrollHeight; }")
+    ask_for_echo(tab, "Say it back: " + "lorem ipsum " * 150)
+    page.wait_for_function("""() => { const box = document.querySelector("[data-testid=transcript]");
+        return box.scrollHeight - box.scrollTop - box.clientHeight < 2; }""", timeout=3_000)
     assert_clean(tab)
 
 

@@ -202,6 +202,14 @@ def test_an_upstream_error_shows_a_banner_and_retry_recovers(logged_in: Any, fak
     assert page.get_by_test_id("message-user").count() == 1
     assert page.get_by_test_id("message-assistant").count() == 1
     assert Conversation.objects.get(pk=cid).status == "idle"
+    # A failure after some text: the partial answer stays, marked, with nothing to rate.
+    send(tab, "[break] start, then fail")
+    banner.wait_for()
+    wait_idle(tab)
+    failed = page.get_by_test_id("message-assistant").nth(1)
+    assert "This answer failed and was not saved." in failed.inner_text()
+    assert failed.get_by_test_id("copy-message").is_visible()
+    assert not failed.get_by_test_id("feedback-up").is_visible() and not failed.get_by_test_id("feedback-down").is_visible()
     assert_clean(tab)
 
 

@@ -287,7 +287,7 @@ export class Transcript {
     for (const card of live.cards.values()) {
       if (card.dataset.state === "streaming") setCardState(card, "pending");
     }
-    if (stopReason === "error") live.node.classList.add("failed");
+    if (stopReason === "error") live.node.classList.add("failed", "unsaved"); // not saved: nothing to rate
     if (ROUND_NOTES[stopReason]) setNote(live.node, ...ROUND_NOTES[stopReason]);
   }
 

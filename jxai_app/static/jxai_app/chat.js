@@ -29,7 +29,7 @@ const ui = {
   search: $("search"), searchResults: $("search-results"), nav: $("conversation-nav"),
   settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
     text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
-    cancel: $("settings-cancel"), save: $("settings-save") },
+    cancel: $("settings-cancel"), save: $("settings-save"), saved: $("settings-saved") },
 };
 
 const state = {

@@ -6,15 +6,12 @@ answers come from the loopback fake provider (see ``conftest.py`` and ``scripted
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from typing import Any
 
 import pytest
 
 from jxai_app.models import Conversation, Message
-from tests.e2e.conftest import ROOT
 from tests.e2e.scripted_model import SLOW_WORDS
 from tests.e2e.steps import (
     ask, ask_for_echo, assert_clean, assistant_text, conversation_id, login, reload, screenshot, send, slow_words,
@@ -80,9 +77,7 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
     page.keyboard.press("Enter")
     assert card.get_by_test_id("tool-result").is_visible()
     page.evaluate("document.activeElement.blur()")
-    shot = screenshot(tab, "tool-card.png")
-    if os.environ.get("JXAI_UPDATE_SCREENSHOT") == "1":               # refresh the README picture
-        shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
+    screenshot(tab, "tool-card.png")
     # Reload: the saved card (result included) comes back from the database.
     reload(tab)
     saved = page.get_by_test_id("tool-call").first

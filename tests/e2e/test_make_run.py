@@ -249,6 +249,9 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             assert card.get_attribute("data-state") == ("success" if results[0]["success"] else "failure")
             assert page.get_by_test_id("message-assistant").count() == 2  # the call's round, then the answer's
             page.screenshot(path=str(RESULTS / "make-run-calculator.png"))
+            if os.environ.get("JXAI_UPDATE_SCREENSHOT") == "1":  # the README's picture: the real default app
+                page.get_by_test_id("composer").blur()
+                page.screenshot(path=str(ROOT / "docs" / "screenshot.png"))
 
             # No arithmetic in the next question: the calculator alias answers without the tool.
             page.get_by_test_id("composer").fill("What is the capital of Italy?")

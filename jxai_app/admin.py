@@ -49,7 +49,7 @@ from jxai_app.store.shares import shares_revoke
 from jxai_app.store.wire import with_tool_calls
 from jxai_app.tools import mcp as mcp_tools, policy as toolpolicy
 from jxai_app.tools.registry import builtin_tool_names, get_tool_registry
-from jxai_app.web.charts import stacked_bars
+from jxai_app.web.charts import series_colours, stacked_bars
 from jxai_app.web.clientip import client_ip
 from jxai_app.web.erasure import erase_account
 from jxai_app.yourdata import export_response
@@ -128,15 +128,12 @@ class MessageInline(admin.TabularInline):
     can_delete = False
     show_change_link = False
     ordering = ("position",)
-    classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css)
+    classes = ("jxai-transcript",)  # long content wraps inside the page (static/jxai_app/admin.css, on every admin page)
     fields = ("position", "parent", "role", "content", "reasoning_content", "calls", "feedback_given", "details")
     readonly_fields = fields
     PAGE_SIZE = 25
     """Messages shown per page of the inline (a conversation with hundreds stays usable;
     ``?messages_page=N`` picks the page, links above the inline)."""
-
-    class Media:
-        css = {"all": ("jxai_app/admin.css",)}
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
         return with_tool_calls(super().get_queryset(request)).select_related("feedback")
@@ -234,8 +231,10 @@ class FeedbackFilter(admin.SimpleListFilter):
 class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("label", "title", "owner", "model", "status", "temporary", "message_count", "feedback_summary",
-                    "token_count", "context_warning", "legal_hold", "created_at", "updated_at", "transcript_link")
+    list_display = ("label", "transcript_link", "title", "owner", "model", "status", "temporary", "message_count",
+                    "feedback_summary", "token_count", "context_warning", "legal_hold", "created_at", "updated_at")
+    """The Transcript link comes second: the last of the columns was past the right edge of a
+    1280 px window (docs/architecture.md "Admin")."""
     list_display_links = ("label",)
     list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "temporary", FeedbackFilter, "legal_hold",
                    "created_at", "updated_at")
@@ -642,9 +641,6 @@ class UsageLedgerAdmin(ReadOnlyAdmin):
     search_fields = ("user__username",)
     change_list_template = "admin/jxai_app/usageledger/change_list.html"
 
-    class Media:
-        css = {"all": ("jxai_app/admin.css",)}  # the charts' size
-
     @admin.display(description="total tokens", ordering=F("input_tokens") + F("output_tokens"))
     def total(self, row: UsageLedger) -> int:
         return row.total_tokens
@@ -694,15 +690,19 @@ class UsageLedgerAdmin(ReadOnlyAdmin):
     @staticmethod
     def _charts(rows: QuerySet[UsageLedger]) -> list[Any]:
         today = ratelimit.now().date()  # the ledger's own clock: its days are UTC days
-        charts = [
-            stacked_bars(f"{measure}-by-{group}", f"{label} per day by {group}, last 30 days",
-                         usage_report.daily_by(rows, group=group, measure=measure, today=today), unit=unit)
-            for measure, label, unit in (("tokens", "Tokens", _tokens), ("cost", "Cost (USD)", _usd))
-            for group in ("model", "user")
-        ]
-        charts.append(stacked_bars("error-rate", "Provider requests that failed, % per day, last 30 days",
-                                   usage_report.error_rate(rows, today=today), unit=lambda v: f"{v:.1f} %"))
-        return charts
+        measures = (("tokens", "Tokens", _tokens), ("cost", "Cost (USD)", _usd))
+        drawn: dict[tuple[str, str], Any] = {}
+        for group in ("model", "user"):  # one colour per model (per user) in both of its charts
+            series = {measure: usage_report.daily_by(rows, group=group, measure=measure, today=today)
+                      for measure, _, _ in measures}
+            colours = series_colours(label for data in series.values() for label in data.series)
+            for measure, label, unit in measures:
+                drawn[measure, group] = stacked_bars(f"{measure}-by-{group}", f"{label} per day by {group}, last 30 days",
+                                                     series[measure], unit=unit, colours=colours)
+        errors = usage_report.error_rate(rows, today=today)
+        return [drawn[measure, group] for measure, _, _ in measures for group in ("model", "user")] + [
+            stacked_bars("error-rate", "Provider requests that failed, % per day, last 30 days", errors,
+                         unit=lambda v: f"{v:.1f} %", colours=series_colours(errors.series))]
 
 
 def effective_entitlements(user: Any) -> dict[str, Any]:

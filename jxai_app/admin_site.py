@@ -19,7 +19,11 @@ REGISTERED_TOOLS = "Registered tools"
 
 
 class JxaiAdminSite(admin.AdminSite):
-    """The default admin site with the registered-tools entry (see the module docstring)."""
+    """The default admin site with the registered-tools entry (see the module docstring), named jxai."""
+
+    site_header = "jxai administration"
+    site_title = "jxai admin"
+    index_title = "Site administration"
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
         """Django's app list; the jxai app's gains a "Registered tools" row for staff who may

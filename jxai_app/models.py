@@ -568,7 +568,8 @@ class McpServer(models.Model):
         STREAMABLE_HTTP = "streamable-http", "streamable HTTP (a URL)"
 
     name = models.CharField(max_length=24, unique=True,
-                            help_text="Letters, digits, '-' or single '_'; tools are named <name>__<tool>.")
+                            help_text="Letters, digits, '-' or single '_'; its tools are named NAME__TOOL "
+                                      "(this name, two underscores, the tool's name).")
     enabled = models.BooleanField(default=True, help_text="Off: not connected, no tools.")
     transport = models.CharField(max_length=20, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(max_length=500, blank=True, help_text="stdio: the program to run.")

@@ -13,7 +13,10 @@ Makefile creates it and installs the ``[local]`` extra first when :func:`local_m
    accepts connections.
 
 This process owns both children (each in its own session, and killed by the kernel if this
-process dies): Ctrl-C or SIGTERM stops daphne, then the model server. ``--needs-local`` only
+process dies): Ctrl-C or SIGTERM stops daphne, then the model server. A model server that dies
+is started again (a line says so; the wait grows while it keeps dying) while daphne keeps
+serving, and the page says the model is not answering until it is back; daphne dying stops
+both. ``--needs-local`` only
 answers, by its exit code, whether the embedded model is wanted (used by the Makefile).
 """
 
@@ -26,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jxai_app.ops.localmodel import (
     DEFAULT_HOST, DEFAULT_N_CTX, DEFAULT_PORT, PROJECT_DIR, LocalModelError, LocalModelServer,
@@ -94,8 +97,13 @@ def prepare_database() -> None:
     manage("ensure_demo_user")
 
 
-def start_local_model(host: str, port: int) -> LocalModelServer:
-    """Assemble/verify the GGUF and start the llama.cpp server; raise ``LocalModelError`` on failure."""
+def start_local_model(host: str, port: int) -> subprocess.Popen[bytes]:
+    """Assemble/verify the GGUF and start the llama.cpp server; return its process once it answers.
+
+    Raises:
+        LocalModelError: the port is taken, the model or llama-cpp-python is missing, or the
+            server exits or does not answer in time.
+    """
     if not port_free(host, port):
         raise LocalModelError(f"port {port} is in use; free it or set JXAI_LOCAL_MODEL_PORT")
     say("preparing the embedded model (Gemma 3 270M)")
@@ -104,7 +112,8 @@ def start_local_model(host: str, port: int) -> LocalModelServer:
     server = LocalModelServer(model, host=host, port=port, n_ctx=DEFAULT_N_CTX, log=LOG_PATH.open("ab"))
     server.start()
     say(f"local model ready at {server.url} after {server.load_seconds or 0:.1f} s (log: {LOG_PATH})")
-    return server
+    assert server.process is not None
+    return server.process
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -128,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):  # both stop us cleanly, even as a background job
         signal.signal(sig, signal.default_int_handler)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    restart: dict[str, Callable[[], subprocess.Popen[bytes]]] = {}
     try:
         env = dict(os.environ)
         wanted = [(args.port, "--port")] + ([(args.model_port, "--model-port")] if local_model_needed(env) else [])
@@ -137,9 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
         prepare_database()
         if local_model_needed(env):
-            server = start_local_model(args.host, args.model_port)
-            assert server.process is not None
-            children.append((f"the local model server (log: {LOG_PATH.relative_to(PROJECT_DIR)})", server.process))
+            label = f"the local model server (log: {LOG_PATH.relative_to(PROJECT_DIR)})"
+            children.append((label, start_local_model(args.host, args.model_port)))
+            restart[label] = lambda: start_local_model(args.host, args.model_port)
             env.update(app_environment(args.host, args.model_port, DEFAULT_N_CTX))
         else:
             say("a provider is configured: not starting the embedded model")
@@ -153,8 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not wait_for_tcp(args.host, args.port, daphne):
             say("daphne did not start")
             return 1
-        say(f"jxai is running at http://{args.host}:{args.port}/  (Ctrl-C stops it)")
-        return supervise(children, say=say, grace=STOP_GRACE_SECONDS, advice="make run starts jxai again")
+        # make does not pass a signal sent to its own process on: name the one that stops us.
+        say(f"jxai is running at http://{args.host}:{args.port}/  (Ctrl-C stops it; from elsewhere: "
+            f"kill -INT {os.getpid()})")
+        return supervise(children, say=say, grace=STOP_GRACE_SECONDS, advice="make run starts jxai again",
+                         restart=restart)
     except KeyboardInterrupt:
         say("interrupted")
         return 0

@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -283,13 +283,26 @@ def how_it_ended(returncode: int) -> str:
     return f"exited with code {returncode}" if returncode else "exited"
 
 
+RESTART_BACKOFF: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Seconds :func:`supervise` waits before each restart of a child that keeps dying (the last
+one repeats); a child that stayed up :data:`RESTART_SETTLED` seconds starts again from the first."""
+RESTART_SETTLED = 60.0
+
+
 def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: float = 0.5,
-              grace: float = 10.0, say: Any = print, advice: str = "") -> int:
+              grace: float = 10.0, say: Any = print, advice: str = "",
+              restart: Mapping[str, Callable[[], subprocess.Popen[bytes]]] | None = None,
+              backoff: Sequence[float] = RESTART_BACKOFF) -> int:
     """Keep ``children`` running until one exits or we receive SIGINT/SIGTERM; then stop them all.
 
-    SIGINT and SIGTERM both become ``KeyboardInterrupt`` while this runs (even when SIGINT
-    was inherited as ignored, as for a background job), are ignored while the children stop,
-    and get their previous handlers back afterwards. Children are stopped in reverse start order with :func:`stop_child`.
+    A child with a restarter in ``restart`` is started again instead (README "What `make run`
+    does"): one line says how it ended and when it restarts, the others keep running, and the
+    wait grows along ``backoff`` while it keeps dying (a restarter that raises
+    :class:`LocalModelError` counts as dying again, its message said). SIGINT and SIGTERM both
+    become ``KeyboardInterrupt`` while this runs (even when SIGINT was inherited as ignored, as
+    for a background job), waits before a restart included; they are ignored while the children
+    stop, and get their previous handlers back afterwards. Children are stopped in reverse start
+    order with :func:`stop_child`.
 
     Args:
         children: ``(label, process)`` pairs, in start order.
@@ -297,6 +310,8 @@ def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: 
         grace: seconds each child gets between SIGTERM and SIGKILL.
         say: where progress lines go (``print`` by default).
         advice: appended to the one line that says a child ended by itself (what to do next).
+        restart: label → a function that starts that child again and returns its process.
+        backoff: seconds before the first, second … restart in a row (the last repeats).
 
     Returns:
         ``0`` after a signal; otherwise the exit code of the child that exited first, or ``1``
@@ -304,24 +319,43 @@ def supervise(children: Sequence[tuple[str, subprocess.Popen[bytes]]], *, poll: 
         failure; a negative code would reach the shell as 256 minus the signal, e.g. 241).
     """
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    running = list(children)
+    restarters = dict(restart or {})
+    started = {label: time.monotonic() for label, _ in running}
+    tries = dict.fromkeys(started, 0)  # restarts in a row of each child
     code = 0
     try:
         while True:
-            ended = next(((label, proc) for label, proc in children if proc.poll() is not None), None)
+            ended = next(((n, label, proc) for n, (label, proc) in enumerate(running) if proc.poll() is not None), None)
             if ended is not None:
-                label, proc = ended
-                rest = [other for other, process in children if process is not proc]
-                say(f"{label} {how_it_ended(proc.returncode)}; stopping {' and '.join(rest) or 'here'}"
-                    + (f". {advice}" if advice else ""))
-                code = proc.returncode if proc.returncode > 0 else 1
-                break
+                n, label, proc = ended
+                rest = [other for other, process in running if process is not proc]
+                if label not in restarters:
+                    say(f"{label} {how_it_ended(proc.returncode)}; stopping {' and '.join(rest) or 'here'}"
+                        + (f". {advice}" if advice else ""))
+                    code = proc.returncode if proc.returncode > 0 else 1
+                    break
+                if time.monotonic() - started[label] >= RESTART_SETTLED:
+                    tries[label] = 0
+                wait = backoff[min(tries[label], len(backoff) - 1)]
+                tries[label] += 1
+                say(f"{label} {how_it_ended(proc.returncode)}; restarting it in {wait:g} s"
+                    + (f" ({' and '.join(rest)} keeps running)" if rest else ""))
+                time.sleep(wait)
+                started[label] = time.monotonic()
+                try:
+                    running[n] = (label, restarters[label]())
+                    say(f"{label} is running again")
+                except LocalModelError as exc:
+                    say(f"{label} did not start again: {exc}")
+                continue
             time.sleep(poll)
     except KeyboardInterrupt:
         say("stopping …")
     finally:
         for sig in previous:  # a second Ctrl-C must not cut the stopping short
             signal.signal(sig, signal.SIG_IGN)
-        for _label, proc in reversed(children):
+        for _label, proc in reversed(running):
             stop_child(proc, grace=grace)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -3,7 +3,9 @@
 No script and no style attribute: the markup is presentation attributes only, so it renders
 under any Content Security Policy, and every text (a username, a model alias) goes through
 Django's escaping. :func:`stacked_bars` draws one bar per day, its series stacked, with a
-legend and the largest day's total as the scale.
+legend and the largest day's total as the scale. A series keeps its colour from chart to
+chart (:func:`series_colours`): the model that is blue in the tokens chart is blue in the cost
+chart, whichever of them ranks first there.
 
 Hooks for tests and scripts: ``<svg data-chart="<name>">``, each bar segment
 ``<rect data-series="<label>" data-day="YYYY-MM-DD" data-value="…">`` (only non-zero ones),
@@ -12,24 +14,34 @@ legend entries ``<g data-legend="<label>">``.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable, Mapping
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from jxai_app.policy.usage_report import DailySeries
 
-__all__ = ["PALETTE", "stacked_bars"]
+__all__ = ["PALETTE", "series_colours", "stacked_bars"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
-"""Series colours (Tableau 10), in series order; repeated past eight."""
+"""Series colours (Tableau 10), dealt by :func:`series_colours`; repeated past eight."""
 
 WIDTH, HEIGHT = 720, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 84, 8, 12, 28
 _LEGEND_ROW = 18
 
 
-def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[float], str]) -> SafeString:
+def series_colours(labels: Iterable[str]) -> dict[str, str]:
+    """One colour per series label, for every chart that shows these labels: the labels in
+    alphabetical order get :data:`PALETTE`'s colours in turn (docs/operations.md "Usage in admin").
+
+    ``["gpt-4o", "gemma"]`` → ``{"gemma": "#4e79a7", "gpt-4o": "#f28e2b"}``.
+    """
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(sorted(set(labels)))}
+
+
+def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[float], str],
+                 colours: Mapping[str, str]) -> SafeString:
     """One chart's ``<figure>`` (module docstring).
 
     Args:
@@ -37,6 +49,7 @@ def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[fl
         title: the caption, also the SVG's accessible label.
         data: days and series (:mod:`jxai_app.policy.usage_report`).
         unit: formats a value for the axis and tooltips (``"1,234"``, ``"$0.0123"``).
+        colours: each series label's fill (:func:`series_colours`; every label of ``data``).
 
     Returns:
         Safe HTML.
@@ -56,7 +69,7 @@ def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[fl
             height = plot_h * value / peak
             y = _TOP + plot_h - plot_h * base / peak - height
             bars.append((f"{_LEFT + i * slot + slot * 0.1:.1f}", f"{y:.1f}", f"{slot * 0.8:.1f}", f"{height:.1f}",
-                         PALETTE[s % len(PALETTE)], label, day.isoformat(), f"{value:g}",
+                         colours[label], label, day.isoformat(), f"{value:g}",
                          f"{label} · {day.isoformat()}: {unit(value)}"))
             base += value
     rects = format_html_join(
@@ -68,7 +81,7 @@ def stacked_bars(name: str, title: str, data: DailySeries, *, unit: Callable[[fl
     legend_h = _LEGEND_ROW * ((len(data.series) + 3) // 4)
     legend = format_html_join("", '<g data-legend="{}"><rect x="{}" y="{}" width="10" height="10" fill="{}"></rect>'
                                   '<text x="{}" y="{}" font-size="11">{}</text></g>', (
-        (label, _LEFT + (s % 4) * 170, HEIGHT + (s // 4) * _LEGEND_ROW, PALETTE[s % len(PALETTE)],
+        (label, _LEFT + (s % 4) * 170, HEIGHT + (s // 4) * _LEGEND_ROW, colours[label],
          _LEFT + (s % 4) * 170 + 14, HEIGHT + (s // 4) * _LEGEND_ROW + 9, label)
         for s, label in enumerate(data.series)))
     empty = "" if bars else format_html('<text x="{}" y="{}" text-anchor="middle" font-size="12">{}</text>',

@@ -1,4 +1,4 @@
-"""``make run``'s start checks (jxai_app.devtools.run): its ports are checked before anything
+"""``make run``'s start checks and supervision (jxai_app.devtools.run): its ports are checked before anything
 touches the database, and a port left in ``TIME_WAIT`` by a run just stopped is free."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from jxai_app.devtools.run import port_free
-from jxai_app.ops.localmodel import spawn_child, supervise
+from jxai_app.ops.localmodel import LocalModelError, spawn_child, supervise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,3 +79,40 @@ def test_a_child_killed_by_a_signal_is_said_in_one_line_and_the_others_are_stopp
     assert said == ["the local model server (log: .cache/localmodel.log) was killed by SIGSEGV; stopping daphne. "
                     "make run starts jxai again"]
     assert web.poll() is not None  # stopped with it
+
+
+def test_a_child_with_a_restarter_is_started_again_with_a_growing_wait_and_the_others_keep_running() -> None:
+    exits = [sys.executable, "-c", "raise SystemExit(3)"]
+    sleeps = [sys.executable, "-c", "import time; time.sleep(60)"]
+    web = spawn_child(sleeps)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def dies_again() -> subprocess.Popen[bytes]:
+        started.append(spawn_child(exits))
+        return started[-1]
+
+    def cannot_start() -> subprocess.Popen[bytes]:
+        raise LocalModelError("port 8081 is in use; free it or set JXAI_LOCAL_MODEL_PORT")
+
+    def stays_up() -> subprocess.Popen[bytes]:
+        started.append(spawn_child(sleeps))
+        web.terminate()  # now daphne ends: supervise stops the restarted model and returns
+        return started[-1]
+
+    plan = iter([dies_again, cannot_start, stays_up])
+
+    def restart() -> subprocess.Popen[bytes]:
+        assert web.poll() is None  # daphne kept running through every restart
+        return next(plan)()
+
+    said: list[str] = []
+    code = supervise([("model", spawn_child(exits)), ("daphne", web)], poll=0.02, say=said.append,
+                     restart={"model": restart}, backoff=(0.01, 0.02, 0.03))
+    assert said == ["model exited with code 3; restarting it in 0.01 s (daphne keeps running)",
+                    "model is running again",
+                    "model exited with code 3; restarting it in 0.02 s (daphne keeps running)",
+                    "model did not start again: port 8081 is in use; free it or set JXAI_LOCAL_MODEL_PORT",
+                    "model exited with code 3; restarting it in 0.03 s (daphne keeps running)",
+                    "model is running again",
+                    "daphne was killed by SIGTERM; stopping model"]
+    assert code == 1 and started[-1].poll() is not None  # the restarted model was stopped too

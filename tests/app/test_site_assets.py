@@ -4,7 +4,7 @@
   ``/favicon.ico`` (asked for by browsers on pages that name no icon) redirects to it instead
   of answering 404 — with the plain static name under ``DEBUG`` and the hashed one once
   ``collectstatic`` has run with the manifest storage.
-* The registered-tools admin page links ``jxai_app/admin.css`` (no inline ``<style>``), whose
+* The registered-tools admin page (like every admin page) links ``jxai_app/admin.css`` (no inline ``<style>``), whose
   rules make long descriptions and schemas wrap (the browser check of the layout is
   ``tests/e2e/test_admin_pages.py``).
 """
@@ -130,7 +130,7 @@ def test_registered_tools_page_styles_itself_from_a_static_file(django_user_mode
     page = links(body)
     assert "/static/jxai_app/admin.css" in page.hrefs("stylesheet")
     assert page.style_elements == 0, "no inline <style>: the rules live in jxai_app/admin.css"
-    assert body.count('<pre class="jxai-schema">') == len(response.context["rows"]) > 0
+    assert body.count('<pre class="jxai-schema" tabindex="0">') == len(response.context["rows"]) > 0  # scrolls by keyboard
 
     rules = (STATIC_SOURCE / "admin.css").read_text()
     schema = re.search(r"\.jxai-schema\s*\{([^}]*)\}", rules)

@@ -19,6 +19,7 @@ The last message decides (a question with attachments: its text parts):
   ``[code]``   a sentence and a fenced Python block (:data:`CODE_ANSWER`), for highlighting and Copy;
   ``[cut]``    a short answer that ends with ``finish_reason: "length"``, as an answer cut
                at ``JXAI_MAX_ANSWER_CHARS`` (or the model's own limit) ends;
+  ``[break]``  a few words, then an error event in the stream (a provider failing mid-answer);
   ``[tool NAME]`` one streamed call of tool ``NAME`` with no arguments (an MCP tool, say);
   anything else: ``Hello! You said: …`` in a few chunks with a Markdown list.
 
@@ -32,7 +33,7 @@ import threading
 from typing import Any
 
 from tests.support.fake_provider import (
-    Request, Script, json_response, openai_chunk, openai_text_stream, openai_tool_call_stream,
+    Request, Script, json_response, openai_chunk, openai_text_stream, openai_tool_call_stream, sse_json,
 )
 
 REASONING = ["The user asks ", "for a capital. ", "France's capital is Paris."]
@@ -151,6 +152,10 @@ class ScriptedModel:
         if text.startswith("[cut]"):
             return Script(writes=openai_text_stream(["This answer stops ", "in the mid"], finish="length",
                                                     usage=USAGE), delay=0.02)
+        if text.startswith("[break]"):
+            words = openai_text_stream(["This answer starts ", "and then"], finish=None, done=False)
+            failure = sse_json({"error": {"message": "The fake provider went away.", "type": "server_error"}})
+            return Script(writes=[*words, failure], delay=0.02)
         if text.startswith("[think]"):
             thoughts = [openai_chunk({"reasoning_content": part}) for part in REASONING]
             answer = openai_text_stream(["Paris ", "is the capital of France."], usage=USAGE)

@@ -176,3 +176,47 @@ def test_a_conversation_with_hundreds_of_messages_keeps_a_usable_page(open_page:
     assert page.locator(".jxai-transcript td.field-position").all_text_contents()[0].strip() == "375"
     screenshot(tab, "admin-conversation-paged.png")
     assert_clean(tab)
+
+
+AXE_PAGES = ("/admin/", "/admin/jxai_app/conversation/", "/admin/jxai_app/conversation/{pk}/change/",
+             "/admin/jxai_app/conversation/{pk}/transcript/", REGISTERED, "/admin/jxai_app/mcpserver/add/",
+             "/admin/jxai_app/usageledger/")
+
+
+def test_admin_pages_say_jxai_show_the_transcript_link_and_pass_axe(open_page: Any, live_db: None,
+                                                                    django_user_model: Any) -> None:
+    """At 1280 px the conversation list's Transcript link is on screen, the header names jxai,
+    the MCP name's help text reads as written, and axe-core finds no serious or critical issue
+    (docs/architecture.md "Admin")."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    from jxai_app.models import Conversation, Message
+
+    root = django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    conversation = Conversation.objects.create(owner=root, model="gpt-4o", title="A title " * 8)
+    question = Message.objects.create(conversation=conversation, position=0, role="user", content="Hello")
+    Message.objects.create(conversation=conversation, position=1, role="assistant", status="complete", content="Hi",
+                           parent=question)
+    conversation.active_leaf = Message.objects.create(conversation=conversation, position=2, role="assistant",
+                                                      status="complete", content="Hello again", parent=question)
+    conversation.save(update_fields=["active_leaf"])  # a second branch: the transcript links the change page
+    tab = open_page(viewport={"width": 1280, "height": 900})
+    admin_login(tab, "root", "/admin/jxai_app/conversation/")
+    page = tab.page
+    link = page.get_by_role("link", name="transcript")
+    box = link.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1280, box
+    assert page.locator("#site-name").inner_text() == "jxai administration"
+    assert page.title().endswith("jxai admin")
+
+    page.goto("/admin/jxai_app/mcpserver/add/")
+    assert "named NAME__TOOL (this name" in page.locator(".field-name .help").inner_text()
+
+    axe = Axe()
+    found = {}
+    for path in AXE_PAGES:
+        page.goto(path.format(pk=conversation.pk))
+        found[path] = [(v["id"], [n["html"][:120] for n in v["nodes"]]) for v in axe.run(page).response["violations"]
+                       if v["impact"] in ("serious", "critical")]
+    assert all(not issues for issues in found.values()), found
+    assert_clean(tab)

@@ -6,15 +6,12 @@ answers come from the loopback fake provider (see ``conftest.py`` and ``scripted
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from typing import Any
 
 import pytest
 
 from jxai_app.models import Conversation, Message
-from tests.e2e.conftest import ROOT
 from tests.e2e.scripted_model import SLOW_WORDS
 from tests.e2e.steps import (
     ask, ask_for_echo, assert_clean, assistant_text, conversation_id, login, reload, screenshot, send, slow_words,
@@ -80,15 +77,20 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
     page.keyboard.press("Enter")
     assert card.get_by_test_id("tool-result").is_visible()
     page.evaluate("document.activeElement.blur()")
-    shot = screenshot(tab, "tool-card.png")
-    if os.environ.get("JXAI_UPDATE_SCREENSHOT") == "1":               # refresh the README picture
-        shutil.copyfile(shot, ROOT / "docs" / "screenshot.png")
+    screenshot(tab, "tool-card.png")
     # Reload: the saved card (result included) comes back from the database.
     reload(tab)
     saved = page.get_by_test_id("tool-call").first
     saved.get_by_test_id("tool-result").wait_for(state="attached")
     assert saved.get_attribute("data-state") == "success"
     assert '"result": 42' in saved.get_by_test_id("tool-result").text_content()
+    # A short window, read to the end: an answer whose block arrives taller than the "near the
+    # end" margin is still followed (docs/architecture.md "The chat page").
+    page.set_viewport_size({"width": 1280, "height": 420})
+    page.get_by_test_id("transcript").evaluate("box => { box.scrollTop = box.scrollHeight; }")
+    ask_for_echo(tab, "Say it back: " + "lorem ipsum " * 150)
+    page.wait_for_function("""() => { const box = document.querySelector("[data-testid=transcript]");
+        return box.scrollHeight - box.scrollTop - box.clientHeight < 2; }""", timeout=3_000)
     assert_clean(tab)
 
 
@@ -195,6 +197,14 @@ def test_an_upstream_error_shows_a_banner_and_retry_recovers(logged_in: Any, fak
     assert page.get_by_test_id("message-user").count() == 1
     assert page.get_by_test_id("message-assistant").count() == 1
     assert Conversation.objects.get(pk=cid).status == "idle"
+    # A failure after some text: the partial answer stays, marked, with nothing to rate.
+    send(tab, "[break] start, then fail")
+    banner.wait_for()
+    wait_idle(tab)
+    failed = page.get_by_test_id("message-assistant").nth(1)
+    assert "This answer failed and was not saved." in failed.inner_text()
+    assert failed.get_by_test_id("copy-message").is_visible()
+    assert not failed.get_by_test_id("feedback-up").is_visible() and not failed.get_by_test_id("feedback-down").is_visible()
     assert_clean(tab)
 
 

@@ -11,7 +11,8 @@ One llama-cpp-python server (``jxai_app.ops.localmodel``) serves Gemma 3 270M on
 * the app's two local aliases, as ``conf`` builds them: the calculator alias computes "What is
   12 times 7?" with the tool and answers 84, and calls no tool for "What is the capital of
   Italy?"; the notes alias streams a ``save_note`` call (its schema as llama.cpp's grammar);
-  answers never start with whitespace, turn after turn;
+  answers never start with whitespace, turn after turn; a grammar-constrained ``save_note`` call
+  cut at the length limit is answered plainly as cut off, and nothing is saved;
 * ``manage.py runlocalmodel`` and ``python -m jxai_app.devtools.run`` start, answer, and leave
   no process behind after SIGINT / SIGTERM.
 
@@ -38,7 +39,7 @@ import pytest
 from jxai_app import conf
 from jxai_app.ops import localmodel
 from jxai_app.core.providers import ModelRegistry
-from jxai_app.core.agent import AgentPolicy, ToolResultEvent, TurnEndEvent, run_turn
+from jxai_app.core.agent import CUT_OFF, AgentPolicy, RoundEndEvent, ToolResultEvent, TurnEndEvent, run_turn
 from jxai_app.core.streaming.events import (
     DeltaEvent,
     DoneEvent,
@@ -186,6 +187,36 @@ async def test_the_notes_alias_calls_save_note_and_the_server_lives_on(server: l
     events = await collect(local_client(server).stream_chat(
         [{"role": "user", "content": "What is the capital of Spain?"}], [], SYSTEM))
     assert isinstance(events[-1], DoneEvent), events[-1]
+
+
+async def test_a_grammar_constrained_call_cut_at_the_length_limit_says_so_and_saves_nothing(
+        server: localmodel.LocalModelServer) -> None:
+    """The grammar keeps a forced call's JSON valid token by token, but only a call that ends by
+    itself is complete: cut by the token limit (here ``max_tokens`` 6; a model looping inside
+    the note's string meets the context window the same way) it ends mid-string, and
+    llama-cpp-python still reports ``tool_calls``: the page must not show a parse error."""
+    saved: list[str] = []
+
+    async def save(owner: Any, text: str) -> dict[str, Any]:
+        saved.append(text)
+        return {"id": 1, "text": text, "created_at": "now"}
+
+    stop = asyncio.Event()
+    client = OpenAIChatClient(base_url=server.url, model=localmodel.MODEL_ALIAS, temperature=0.2, max_tokens=6,
+                              tool_choice={"type": "function", "function": {"name": "save_note"}})
+    events = [event async for event in run_turn(
+        client=client, tools=default_registry(save_note=save),
+        history=[{"role": "user", "content": "Save a note: call the plumber about the kitchen sink on Monday."}],
+        system_prompt=SYSTEM, policy=AgentPolicy(max_tool_rounds=1, max_rounds=2), signal=stop,
+        context_factory=lambda call_id, name: ToolContext(user="e2e", conversation_id=None, call_id=call_id,
+                                                          signal=stop, model="local"))]
+    (result,) = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert result.name == "save_note" and not result.success and result.result["error"] == CUT_OFF, result
+    assert [e.stop_reason for e in events if isinstance(e, RoundEndEvent)][0] == "tool_calls"  # not "length"
+    call = events[-1].appended[0]["tool_calls"][0]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call["function"]["arguments"])  # what the model wrote: cut mid-way
+    assert saved == []
 
 
 async def test_answers_start_with_no_whitespace_turn_after_turn(server: localmodel.LocalModelServer) -> None:

@@ -13,8 +13,12 @@ Then headless Chromium (Debian's ``/usr/bin/chromium``):
   and sees a ``calculate`` tool card reach its final state, then the answer of the round after
   it; then asks "What is the capital of Italy?" and gets an answer with no tool card.
 
-Finally SIGINT (Ctrl-C) stops the orchestrator: exit code 0, both ports closed, and no child or
-grandchild process left. Needs the ``[local]`` extra (``make test`` installs it). About 25 s.
+Then the model server dies (SIGKILL) while the orchestrator is held (SIGSTOP), so the gap is
+certain: daphne keeps serving and the page says the local model is not answering; let go
+(SIGCONT), the orchestrator says it restarts the server, and the next question is answered.
+Finally SIGINT (Ctrl-C) to the pid the ready line names stops the orchestrator: exit code 0, both
+ports closed, and no child or grandchild process left. Needs the ``[local]`` extra (``make test``
+installs it). About 40 s.
 """
 
 from __future__ import annotations
@@ -245,6 +249,9 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             assert card.get_attribute("data-state") == ("success" if results[0]["success"] else "failure")
             assert page.get_by_test_id("message-assistant").count() == 2  # the call's round, then the answer's
             page.screenshot(path=str(RESULTS / "make-run-calculator.png"))
+            if os.environ.get("JXAI_UPDATE_SCREENSHOT") == "1":  # the README's picture: the real default app
+                page.get_by_test_id("composer").blur()
+                page.screenshot(path=str(ROOT / "docs" / "screenshot.png"))
 
             # No arithmetic in the next question: the calculator alias answers without the tool.
             page.get_by_test_id("composer").fill("What is the capital of Italy?")
@@ -254,6 +261,29 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
             expect(page.get_by_test_id("tool-call")).to_have_count(1)  # still only the first one
             assert page.get_by_test_id("message-assistant").count() == 3
             page.screenshot(path=str(RESULTS / "make-run-calculator-no-tool.png"))
+
+            # The model server dies: daphne stays, the page says why, the server comes back.
+            [model_pid] = [pid for pid in descendants(make_run.process.pid)
+                           if b"llama_cpp.server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            make_run.process.send_signal(signal.SIGSTOP)
+            try:
+                os.kill(model_pid, signal.SIGKILL)
+                page.get_by_test_id("new-conversation").click()
+                page.get_by_test_id("composer").fill("Are you there?")
+                page.get_by_test_id("composer").press("Enter")
+                expect(page.get_by_test_id("error")).to_contain_text("is not answering", timeout=60_000)
+                page.get_by_test_id("send").wait_for(state="visible")
+            finally:
+                make_run.process.send_signal(signal.SIGCONT)
+            make_run.wait_for("is running again", timeout=120)
+            assert "local model server (log: .cache/localmodel.log) was killed by SIGKILL; restarting it in 1 s " \
+                   "(daphne keeps running)" in make_run.output()
+            assert port_answers(make_run.port) and port_answers(make_run.model_port)
+            page.get_by_test_id("composer").fill("What is the capital of Spain?")
+            page.get_by_test_id("composer").press("Enter")
+            wait_until(page, lambda: idle_after(frames, 5), "the answer after the restart")
+            expect(page.get_by_test_id("error")).to_be_hidden()
+            assert re.search(r"\w", page.get_by_test_id("message-assistant").last.inner_text())
         except BaseException:
             RESULTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(RESULTS / "make-run-failure.png"))
@@ -264,9 +294,11 @@ def test_make_run_then_a_newcomer_chats_with_the_local_model(make_run: Orchestra
     assert page_errors == []
     assert "Traceback" not in make_run.output(), make_run.output()
 
-    # Ctrl-C: everything stops, nothing is left behind.
+    # Ctrl-C, to the pid the ready line names (make's own process does not pass it on):
+    # everything stops, nothing is left behind.
+    assert f"kill -INT {make_run.process.pid}" in output
     make_run.process.send_signal(signal.SIGINT)
     assert make_run.process.wait(30) == 0, make_run.output()
     assert not port_answers(make_run.port) and not port_answers(make_run.model_port)
     assert [pid for pid in children if alive(pid)] == []
-    assert time.monotonic() - started < 90  # a generous bound; about 25 s on 2 cores
+    assert time.monotonic() - started < 180  # a generous bound; about 40 s on 2 cores

@@ -135,6 +135,7 @@ def test_custom_instructions_are_saved_in_the_dialog_and_reach_the_model(logged_
     box.fill("Call me Captain. Answer in one line.")
     page.get_by_test_id("settings-save").click()
     expect(page.locator("#settings-dialog")).not_to_be_visible()
+    expect(page.get_by_test_id("settings-saved")).to_be_visible()                # the save is confirmed
 
     send(tab, "instructions check")
     page.get_by_text("You said: instructions check").wait_for()
@@ -147,6 +148,32 @@ def test_custom_instructions_are_saved_in_the_dialog_and_reach_the_model(logged_
     page.get_by_test_id("open-settings").click()
     expect(page.get_by_test_id("custom-instructions")).to_have_value("Call me Captain. Answer in one line.")
     assert page.get_by_test_id("custom-instructions").get_attribute("maxlength") == "4000"
+    expect(page.get_by_test_id("settings-saved")).to_be_hidden()
+    assert_clean(tab)
+
+
+BACKGROUND = "getComputedStyle(document.body).backgroundColor"
+
+
+def test_the_theme_follows_the_system_unless_picked_and_the_pick_is_kept(logged_in: Any) -> None:
+    tab = logged_in()
+    page = tab.page
+    page.emulate_media(color_scheme="light")
+    light = page.evaluate(BACKGROUND)
+    page.emulate_media(color_scheme="dark")
+    dark = page.evaluate(BACKGROUND)
+    assert light != dark                                           # "System theme" follows the system
+    page.get_by_test_id("theme").select_option("light")
+    assert page.evaluate(BACKGROUND) == light
+    reload(tab)                                                    # the pick is kept in this browser
+    expect(page.get_by_test_id("theme")).to_have_value("light")
+    assert page.evaluate(BACKGROUND) == light
+    assert page.locator("link[data-scheme=light]").get_attribute("media") == "all"  # the code style follows
+    page.emulate_media(color_scheme="light")
+    page.get_by_test_id("theme").select_option("dark")
+    assert page.evaluate(BACKGROUND) == dark
+    page.get_by_test_id("theme").select_option("system")
+    assert page.evaluate(BACKGROUND) == light
     assert_clean(tab)
 
 

@@ -19,7 +19,7 @@ Rules (each a section of docs/agent.md):
   made calls and wrote nothing), ``reasoning_content`` only when reasoning streamed,
   ``tool_calls`` with each call's concatenated argument text ("The round's assistant message").
 - Calls run whatever the finish reason, ``length`` included (a cut-off call's arguments do
-  not parse → a failed result the model sees); a cancelled round runs none and its
+  not parse → the failed result :data:`CUT_OFF`, which says so plainly); a cancelled round runs none and its
   partial message is not appended. An ``error`` ends the turn ``error``; that round's
   partial message is not appended, earlier rounds stay. An ``error`` with an empty message
   is still an error; a stream that ends with neither ``done`` nor ``error`` is an
@@ -61,7 +61,7 @@ a round's calls), ``loop`` (``run_turn``).
 from __future__ import annotations
 
 from jxai_app.core.agent.base import AgentPolicy, ChatClient, ContextFactory, Signal, ToolSource
-from jxai_app.core.agent.calls import NOT_RUN
+from jxai_app.core.agent.calls import CUT_OFF, NOT_RUN
 from jxai_app.core.agent.events import (
     AgentEvent, Decision, LoopEvent, Outcome, RoundEndEvent, RoundStartEvent, ToolApprovalRequestEvent,
     ToolResultEvent, ToolStartEvent, TurnEndEvent, TurnUsage,
@@ -69,7 +69,7 @@ from jxai_app.core.agent.events import (
 from jxai_app.core.agent.loop import EMPTY_REPLY, STOPPED, cap_text, run_turn
 
 __all__ = [
-    "EMPTY_REPLY", "NOT_RUN", "STOPPED", "AgentEvent", "AgentPolicy", "ChatClient", "ContextFactory",
+    "CUT_OFF", "EMPTY_REPLY", "NOT_RUN", "STOPPED", "AgentEvent", "AgentPolicy", "ChatClient", "ContextFactory",
     "Decision", "LoopEvent", "Outcome", "RoundEndEvent", "RoundStartEvent", "Signal", "ToolApprovalRequestEvent",
     "ToolResultEvent", "ToolSource",
     "ToolStartEvent", "TurnEndEvent", "TurnUsage", "cap_text", "run_turn",

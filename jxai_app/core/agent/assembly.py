@@ -25,6 +25,9 @@ class Call:
     """The id the stream used."""
     duplicate: bool = False
     """True when an earlier call of the round already used ``streamed_id`` (never run)."""
+    cut: bool = False
+    """True when the round ended at the length limit (``done: length``): arguments that do not
+    parse were cut off, not written wrong (docs/agent.md "Tool calls")."""
     parts: list[str] = field(default_factory=list)
     """Argument fragments in arrival order."""
 

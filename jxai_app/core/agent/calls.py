@@ -15,10 +15,13 @@ from jxai_app.core.agent.base import AgentPolicy, ContextFactory, ToolSource
 from jxai_app.core.agent.events import Decision, ToolResultEvent, ToolStartEvent
 from jxai_app.core.tools.invoke import parse_arguments
 
-__all__ = ["NOT_RUN", "Tally", "needs_approval", "over_cap", "run_calls", "run_decided"]
+__all__ = ["CUT_OFF", "NOT_RUN", "Tally", "cut_off", "needs_approval", "over_cap", "run_calls", "run_decided"]
 
 NOT_RUN = "Not run: the turn was stopped before this call started."
 """Error text of a call skipped because Stop arrived first."""
+CUT_OFF = ("Not run: the model's reply ended before this call's arguments were complete (cut off at its "
+           "length limit), so nothing was done. Ask again, perhaps for something shorter.")
+"""Error text of a call whose arguments were cut off unfinished (model- and user-visible)."""
 
 
 def over_cap(asked: int, cap: int) -> str:
@@ -36,7 +39,9 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
     """Handle one call; never raises (docs/agent.md "Tool calls", "Execution never raises").
 
     Empty argument text means ``{}``; text that does not parse, or JSON that is not an
-    object, never reaches the tools (``Failed to parse arguments: …``). A registry that
+    object, never reaches the tools (``Failed to parse arguments: …``, or :data:`CUT_OFF` for
+    text that is only the start of a JSON document, or a call of a round cut at the length
+    limit: :func:`cut_off`). A registry that
     raises, times out (``timeout`` seconds, ``None`` for none), or returns something that
     is not ``{"success": bool, …}`` or cannot be serialised gives a failed result.
 
@@ -49,7 +54,7 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
     text = call.arguments if call.arguments.strip() else "{}"
     parsed = parse_arguments(text, sys.maxsize)  # the registry bounds the length itself
     if isinstance(parsed, str):
-        return _failed(parsed)
+        return _failed(CUT_OFF if call.cut or cut_off(text) else parsed)
     if tools is None:
         return _failed(f'Unknown tool: "{call.name}"')
     try:
@@ -66,6 +71,19 @@ async def execute_call(call: Call, tools: ToolSource | None, context_factory: Co
         return dict(json.loads(json.dumps(result, ensure_ascii=False, allow_nan=False)))
     except (TypeError, ValueError, RecursionError) as exc:
         return _failed(f'Tool "{call.name}" returned a result that cannot be serialized: {exc}')
+
+
+def cut_off(text: str) -> bool:
+    """Whether argument text that does not parse is the start of a JSON document that ended too
+    early (``{"text": "Buy mi``, ``{"a": 1``) rather than text written wrong (docs/agent.md "Tool
+    calls"): the decoder stopped in an unterminated string or at the very end of the text.
+    llama-cpp-python reports ``tool_calls`` for a forced call the token limit cut, so the text is
+    the only witness."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip())
+    return False
 
 
 def needs_approval(call: Call, tools: ToolSource | None) -> bool:

@@ -193,6 +193,9 @@ async def run_turn(*, client: ChatClient, tools: ToolSource | None, history: Seq
             yield end("complete", None)
             return
 
+        if terminal.stop_reason == "length":  # a call that does not parse was cut off, not written wrong
+            for call in current.calls:
+                call.cut = True
         # a call past the round's cap never runs, so it never waits for approval either
         waiting = [call for call in current.calls[:policy.max_tool_calls_per_round] if needs_approval(call, tools)]
         tally = Tally()

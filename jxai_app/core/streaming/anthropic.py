@@ -9,8 +9,9 @@ answer's events are normalised by :class:`AnthropicNormaliser`:
 Anthropic event            normalised
 =========================  ============================================================
 ``message_start``          remembers input usage and a set ``stop_reason``; blocks already
-                           in ``content`` count as complete blocks; a second one while a
-                           message is open is an ``invalid_stream`` error
+                           in ``content`` count as complete blocks; a repeat with the
+                           open message's id is ignored, one of another message while
+                           one is open is an ``invalid_stream`` error
 ``content_block_start``    ``tool_use`` → ``tool_call_start``; text/thinking: their text if
                            any; tools the provider runs itself (``server_tool_use``,
                            ``mcp_tool_use``) and their ``*_tool_result`` blocks: nothing,
@@ -73,10 +74,11 @@ _STOP: Final[dict[str, StopReason]] = {
 class AnthropicNormaliser:
     """Messages API stream events → normalised events, for one response."""
 
-    __slots__ = ("_open", "_tools", "_stop", "_input", "_cached", "_output")
+    __slots__ = ("_open", "_id", "_tools", "_stop", "_input", "_cached", "_output")
 
     def __init__(self) -> None:
         self._open = False  # a message_start was seen
+        self._id: str | None = None  # the open message's id, when it gave one
         self._tools: dict[int, str] = {}  # block index → tool_use id, while open
         self._stop: StopReason | None = None
         self._input: int | None = None
@@ -115,13 +117,20 @@ class AnthropicNormaliser:
         "Anthropic"): blocks in ``content`` count as complete blocks, a set ``stop_reason``
         counts as if a ``message_delta`` had said it.
 
+        A repeat of the open message's ``message_start`` (the same ``id``) is ignored.
+
         Raises:
-            UpstreamFault: ``invalid_stream`` when a message is already open (two streams
-                spliced together); the open tool calls are never closed.
+            UpstreamFault: ``invalid_stream`` when another message starts while one is open
+                (two streams spliced together); the open tool calls are never closed.
         """
+        given = message.get("id") if type(message) is dict else None
+        message_id = given if type(given) is str and given else None
         if self._open:
+            if message_id is not None and message_id == self._id:
+                return ()
             raise UpstreamFault("invalid_stream", "The provider started a second message before ending the first.")
         self._open = True
+        self._id = message_id
         if type(message) is not dict:
             return ()
         self._usage(message.get("usage"))

@@ -301,7 +301,14 @@ class BaseChatClient:
 
             request.extensions["trace"] = trace
             first_msg = f"The provider did not start answering within {first_byte:g} s." if first_byte else ""
-            response = await guard.wait(client.send(request, stream=True), deadline[0], first_msg)
+            try:
+                response = await guard.wait(client.send(request, stream=True), deadline[0], first_msg)
+            except _DROPPED_KEPT_CONNECTION:
+                if pool is None:
+                    raise
+                # A pooled connection the server dropped while it was idle (docs/streaming.md
+                # "Connections"): nothing was answered, so the request goes once more, on a new one.
+                response = await guard.wait(client.send(request, stream=True), deadline[0], first_msg)
             if not 200 <= response.status_code < 300:
                 body = await self._read(response, guard, deadline[0], MAX_ERROR_BODY, truncate=True)
                 raise http_fault(response.status_code, response.reason_phrase, body,
@@ -403,6 +410,10 @@ def _timeout_event(exc: httpx.TimeoutException, timeouts: ClientTimeouts) -> Err
     else:
         message = "The provider did not answer in time."
     return UpstreamFault("timeout", message, slug="upstream-timeout").to_event()
+
+
+_DROPPED_KEPT_CONNECTION: Final = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+"""What sending on a kept connection whose server went away raises before any answer."""
 
 
 def _network_event(exc: httpx.HTTPError | httpx.InvalidURL, unreachable_message: str | None) -> ErrorEvent:

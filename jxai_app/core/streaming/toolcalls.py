@@ -14,14 +14,23 @@ Rules:
 - A fragment whose arguments repeat the call's whole argument text so far, when that text is
   already complete JSON, adds nothing (gateways that resend the full arguments at the end).
 - Calls close (``tool_call_end``) in the order they opened.
+- A call named ``parallel`` (or ``multi_tool_use.parallel``) whose whole arguments are
+  ``{"tool_uses": [{"recipient_name": "functions.X", "parameters": {...}}, ...]}`` is a wrapper
+  some OpenAI models put around parallel calls: it is held to its end and then goes out as the
+  calls it holds, ids ``<its id>_<position>``, names without the ``functions.`` prefix.
+  Arguments of any other shape leave it the call it says it is.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from typing import Final
 
 from jxai_app.core.streaming.events import StreamEvent, ToolCallDeltaEvent, ToolCallEndEvent, ToolCallStartEvent
+
+
+PARALLEL_WRAPPERS: Final[frozenset[str]] = frozenset({"parallel", "multi_tool_use.parallel"})
 
 
 def generated_call_id(index: int) -> str:
@@ -85,7 +94,8 @@ class ToolCallAssembler:
             self._open.append(call)
         if name and call.name is None:
             call.name = name
-            self._start(call, out)
+            if name not in PARALLEL_WRAPPERS:
+                self._start(call, out)
         if args:
             if call.repeats_whole(args):
                 return
@@ -114,9 +124,42 @@ class ToolCallAssembler:
             out.append(ToolCallDeltaEvent(id=call.id, args="".join(held)))
 
     def _close(self, call: _Call, out: list[StreamEvent]) -> None:
-        if call.held is not None:
-            self._start(call, out)
-        out.append(ToolCallEndEvent(id=call.id))
         if self._by_index.get(call.index) is call:
             del self._by_index[call.index]
         self._open.remove(call)
+        wrapped = unwrap_parallel("".join(call.parts)) if call.name in PARALLEL_WRAPPERS else None
+        if wrapped is not None:
+            for position, (name, args) in enumerate(wrapped):
+                inner = f"{call.id}_{position}"
+                out += (ToolCallStartEvent(id=inner, name=name), ToolCallDeltaEvent(id=inner, args=args),
+                        ToolCallEndEvent(id=inner))
+            return
+        if call.held is not None:
+            self._start(call, out)
+        out.append(ToolCallEndEvent(id=call.id))
+
+
+def unwrap_parallel(args: str) -> list[tuple[str, str]] | None:
+    """The calls a ``parallel`` wrapper's arguments hold, as ``(name, arguments JSON)`` pairs.
+
+    ``{"tool_uses": [{"recipient_name": "functions.weather", "parameters": {"city": "Oslo"}}]}``
+    → ``[("weather", '{"city":"Oslo"}')]``. ``None`` when the text is not exactly that shape
+    (not JSON, no non-empty ``tool_uses`` list, an entry without a name or with parameters that
+    are not an object); the wrapper is then kept as one call. Rule: docs/streaming.md
+    "Tool-call fragments".
+    """
+    try:
+        whole = json.loads(args)
+    except ValueError:
+        return None
+    uses = whole.get("tool_uses") if type(whole) is dict else None
+    if type(uses) is not list or not uses:
+        return None
+    calls: list[tuple[str, str]] = []
+    for use in uses:
+        name = use.get("recipient_name") if type(use) is dict else None
+        parameters = use.get("parameters", {}) if type(use) is dict else None
+        if type(name) is not str or not name.removeprefix("functions.") or type(parameters) is not dict:
+            return None
+        calls.append((name.removeprefix("functions."), json.dumps(parameters, separators=(",", ":"))))
+    return calls

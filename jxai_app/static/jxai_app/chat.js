@@ -31,7 +31,7 @@ const ui = {
   search: $("search"), searchResults: $("search-results"), nav: $("conversation-nav"),
   settings: { open: $("open-settings"), dialog: $("settings-dialog"), form: $("settings-form"),
     text: $("custom-instructions"), count: $("custom-instructions-count"), status: $("settings-status"),
-    cancel: $("settings-cancel"), save: $("settings-save") },
+    cancel: $("settings-cancel"), save: $("settings-save"), saved: $("settings-saved") },
   share: { open: $("share"), dialog: $("share-dialog"), form: $("share-form"), scope: $("share-scope"),
     groups: $("share-groups"), expiry: $("share-expiry"), status: $("share-status"), link: $("share-link"),
     close: $("share-close"), create: $("share-create") },
@@ -269,6 +269,7 @@ function upsertConversation(conversation) {
     if (conversation.status !== "streaming") ui.saving.hidden = true;
     if (conversation.status === "streaming") setStreaming(true);
     else if (state.streaming && !state.turnPending && !transcript.live.size && !sequencer.turnId) setStreaming(false);
+    showStop(); // a pause for approval is known from the status, which may come after the turn's end
     // "A turn is already running" is over once that turn is: the send can be tried again.
     if (conversation.status !== "streaming" && state.conflictShown) hideError();
     if (conversation.status === "error" && conversation.lastError && ui.error.hidden) {
@@ -300,11 +301,20 @@ function setStreaming(on) {
     state.stopping = false;
     state.turnPending = false;
   }
-  ui.stop.hidden = !on && currentStatus() !== "awaiting_approval"; // Stop also ends a paused turn
-  ui.stop.disabled = state.stopping;
-  ui.stop.textContent = state.stopping ? "Stopping…" : "Stop";
+  showStop();
   ui.send.hidden = on;
   ui.app.classList.toggle("is-streaming", on);
+}
+
+/** A turn Stop can end: one streaming, or one paused for a tool call's approval (docs/approval.md "The page"). */
+function turnOpen() {
+  return state.streaming || currentStatus() === "awaiting_approval";
+}
+
+function showStop() {
+  ui.stop.hidden = !turnOpen();
+  ui.stop.disabled = state.stopping;
+  ui.stop.textContent = state.stopping ? "Stopping…" : "Stop";
 }
 
 function sendMessage() {
@@ -334,7 +344,7 @@ function sendMessage() {
 }
 
 function stopTurn() {
-  if ((!state.streaming && currentStatus() !== "awaiting_approval") || !state.currentId) return;
+  if (!turnOpen() || !state.currentId) return;
   state.stopping = true;
   setStreaming(true);
   connection.send({ type: "cancel", conversationId: state.currentId });
@@ -513,7 +523,7 @@ ui.composer.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
     sendMessage();
-  } else if (event.key === "Escape" && state.streaming) {
+  } else if (event.key === "Escape" && turnOpen()) {
     event.preventDefault();
     stopTurn();
   }

@@ -4,7 +4,7 @@
 // (`instructions` without text), Save sends them; an `instructions` frame answers both.
 
 /**
- * `ui`: {open, dialog, form, text, count, status, cancel, save}. Options: request(frame) sends a
+ * `ui`: {open, dialog, form, text, count, status, cancel, save, saved (the note beside Settings)}. Options: request(frame) sends a
  * frame (false when not connected); maxChars is the length limit; announce(text) tells
  * screen readers.
  */
@@ -15,7 +15,10 @@ export class SettingsDialog {
     this.announce = announce;
     this.saving = false;
     ui.text.maxLength = maxChars;
-    ui.open.addEventListener("click", () => this.open());
+    ui.open.addEventListener("click", () => {
+      ui.saved.hidden = true;
+      this.open();
+    });
     ui.cancel.addEventListener("click", () => ui.dialog.close());
     ui.text.addEventListener("input", () => this.count());
     ui.form.addEventListener("submit", (event) => {
@@ -55,6 +58,7 @@ export class SettingsDialog {
     if (this.saving) {
       this.saving = false;
       ui.dialog.close();
+      ui.saved.hidden = false; // seen beside Settings until the dialog opens again
       this.announce("Custom instructions saved; they apply from your next message.");
     } else if (ui.dialog.open) {
       ui.text.focus();

@@ -39,6 +39,11 @@ export class Transcript {
     this.live = new Map(); // messageId -> {key, node, text, reasoning, cards}
     this.lastLive = null;
     this.renderQueued = new Set();
+    // Following the end: decided by the reader's own scrolling, not by where a block that just
+    // came left the view (a tall block would otherwise look like the reader scrolled away).
+    this.following = true;
+    this.lastTop = root.scrollTop;
+    root.addEventListener("scroll", () => this.noteScroll(), { passive: true });
   }
 
   // ------------------------------------------------------------------ saved messages
@@ -284,7 +289,7 @@ export class Transcript {
     for (const card of live.cards.values()) {
       if (card.dataset.state === "streaming") setCardState(card, "pending");
     }
-    if (stopReason === "error") live.node.classList.add("failed");
+    if (stopReason === "error") live.node.classList.add("failed", "unsaved"); // not saved: nothing to rate
     if (ROUND_NOTES[stopReason]) setNote(live.node, ...ROUND_NOTES[stopReason]);
   }
 
@@ -354,10 +359,21 @@ export class Transcript {
     this.emptyState.hidden = Boolean(this.root.querySelector(":scope > .message"));
   }
 
-  /** Follow the end of the transcript while the reader is near it (or always, `force`). */
+  /** Follow the end of the transcript while the reader follows it (or always, `force`). */
   scrollToEnd(force) {
+    if (!force && !this.following) return;
     const box = this.root;
-    const nearEnd = box.scrollHeight - box.scrollTop - box.clientHeight < 120;
-    if (force || nearEnd) box.scrollTop = box.scrollHeight;
+    box.scrollTop = box.scrollHeight;
+    this.following = true;
+    this.lastTop = box.scrollTop;
+  }
+
+  /** A scroll: near the end, the reader follows again; moving up away from it, they stop. */
+  noteScroll() {
+    const box = this.root;
+    const top = box.scrollTop;
+    if (box.scrollHeight - top - box.clientHeight < 120) this.following = true;
+    else if (top < this.lastTop) this.following = false;
+    this.lastTop = top;
   }
 }

@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Annotated, Any
 
-from jxai_app.core.agent import AgentPolicy, ToolResultEvent, run_turn
+from jxai_app.core.agent import CUT_OFF, AgentPolicy, ToolResultEvent, run_turn
 from jxai_app.core.streaming.events import DeltaEvent, ErrorEvent
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.tools import ToolContext, ToolRegistry, tool, tool_success
@@ -72,7 +72,7 @@ async def test_a_call_cut_off_by_length_is_answered_and_the_model_sees_the_failu
     with FakeProvider(handler=handler) as fake:
         turn = await _turn(fake, ToolRegistry([get_weather]))
     (result,) = turn.of(ToolResultEvent)
-    assert not result.success and result.result["error"].startswith("Failed to parse arguments: ")
+    assert not result.success and result.result["error"] == CUT_OFF
     body = fake.requests[1].json
     assert body["messages"][-2]["tool_calls"][0]["function"]["arguments"] == '{"city":"Os'
     assert body["messages"][-1]["tool_call_id"] == "call_cut"

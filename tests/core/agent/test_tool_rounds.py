@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jxai_app.core.agent import NOT_RUN, STOPPED, AgentPolicy, ToolResultEvent, ToolStartEvent, cap_text
+from jxai_app.core.agent import CUT_OFF, NOT_RUN, STOPPED, AgentPolicy, ToolResultEvent, ToolStartEvent, cap_text
 from jxai_app.core.streaming.events import DoneEvent, ToolCallDeltaEvent, ToolCallStartEvent
 from jxai_app.core.tools import ToolContext
 from tests.core.agent.scripted import (
@@ -89,7 +89,7 @@ async def test_a_call_cut_off_by_length_runs_and_fails_then_the_model_corrects_i
     turn = await play(client, tools)
     results = turn.of(ToolResultEvent)
     assert [r.success for r in results] == [False, True]
-    assert results[0].result["error"].startswith("Failed to parse arguments: ")
+    assert results[0].result["error"] == CUT_OFF
     assert client.sent(1)[1]["tool_calls"][0]["function"]["arguments"] == '{"city":"Os'
     assert turn.end.outcome == "complete" and [n for n, _, _ in tools.executed] == ["get_weather"]
 
@@ -290,7 +290,7 @@ async def test_the_total_round_ceiling_stops_the_turn_and_is_named_in_the_text()
 
 
 async def test_parse_failures_count_as_tool_rounds_so_broken_json_forever_still_ends() -> None:
-    client = ScriptedClient([_forever("lookup", '{"broken":')] * 10)
+    client = ScriptedClient([_forever("lookup", '{"broken": nope}')] * 10)
     turn = await play(client, FakeTools({"lookup": lambda a, c: ok()}), policy=AgentPolicy(max_tool_rounds=3))
     assert len(client.requests) == 3 and turn.end.outcome == "cap_failed"
     assert "Errors encountered:\n- Failed to parse arguments: " in (turn.end.message or "")

@@ -8,7 +8,7 @@ import json
 import threading
 from typing import Annotated, Any
 
-from jxai_app.core.agent import AgentPolicy, ToolResultEvent
+from jxai_app.core.agent import CUT_OFF, AgentPolicy, ToolResultEvent
 from jxai_app.core.tools import GatedToolRegistry, ToolContext, ToolRegistry, calculate, tool, tool_success
 from tests.core.agent.scripted import ScriptedClient, play, text_round, tool_round
 
@@ -60,8 +60,8 @@ async def test_a_two_round_tool_conversation_through_the_real_registry() -> None
 
 async def test_every_kind_of_bad_call_reaches_the_model_as_a_failed_result() -> None:
     calls = [("a", "explode", "{}"), ("b", "stall", "{}"), ("c", "opaque", "{}"), ("d", "nope", "{}"),
-             ("e", "get_weather", "{}"), ("f", "get_weather", '{"city":'), ("g", "get_weather", "[1]"),
-             ("h", "get_weather", '{"city": 3}')]
+             ("e", "get_weather", "{}"), ("f", "get_weather", '{"city": Oslo}'), ("g", "get_weather", "[1]"),
+             ("h", "get_weather", '{"city": 3}'), ("i", "get_weather", '{"city": "Os')]
     client = ScriptedClient([tool_round(*calls), text_round("Several tools failed.")])
     turn = await play(client, _registry([]), policy=AgentPolicy(tool_concurrency=8))
     results = {r.call_id: r for r in turn.of(ToolResultEvent)}
@@ -75,7 +75,8 @@ async def test_every_kind_of_bad_call_reaches_the_model_as_a_failed_result() -> 
     assert errors["f"].startswith("Failed to parse arguments: ")
     assert errors["g"] == "Failed to parse arguments: arguments must be a JSON object, got array"
     assert errors["h"].startswith("Validation failed: ")
-    assert [m["tool_call_id"] for m in client.sent(1) if m["role"] == "tool"] == list("abcdefgh")
+    assert errors["i"] == CUT_OFF  # only the start of a JSON object: cut off, whatever the finish reason said
+    assert [m["tool_call_id"] for m in client.sent(1) if m["role"] == "tool"] == list("abcdefghi")
     assert turn.end.outcome == "complete"
 
 

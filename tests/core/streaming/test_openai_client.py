@@ -110,6 +110,16 @@ async def test_repeat_of_incomplete_arguments_is_kept() -> None:
     assert [e["args"] for e in events if e["type"] == "tool_call_delta"] == ["{\"a\"", "{\"a\""]
 
 
+@pytest.mark.parametrize("args", ["{\"tool_uses\":[]}", "{\"tool_uses\":[{\"parameters\":{}}]}", "{\"tool_uses\""])
+async def test_a_parallel_call_of_another_shape_stays_one_call(args: str) -> None:
+    body = sse_body(delta({"tool_calls": [{"index": 0, "id": "p", "function": {"name": "parallel", "arguments": args}}]}),
+                    delta({}, "tool_calls"))
+    events = await collect(client_for(body).stream_chat(USER, GET_WEATHER, ""))
+    assert events == [{"type": "tool_call_start", "id": "p", "name": "parallel"},
+                      {"type": "tool_call_delta", "id": "p", "args": args},
+                      {"type": "tool_call_end", "id": "p"}, {"type": "done", "stopReason": "tool_calls"}]
+
+
 async def test_arguments_sent_as_an_object_become_json_text() -> None:
     body = sse_body(delta({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f",
                                                                               "arguments": {"city": "Oslo"}}}]}),

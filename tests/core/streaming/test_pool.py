@@ -1,5 +1,6 @@
 """Shared provider connections (jxai_app.core.streaming.pool): a provider that keeps connections
-alive is reached over one warm connection, and Stop still closes the stream's own connection.
+alive is reached over one warm connection, Stop still closes the stream's own connection, and a
+kept connection the server dropped meanwhile is not the user's error.
 
 The FakeProvider always answers ``Connection: close``, so these tests run their own small
 HTTP/1.1 server on 127.0.0.1 that keeps connections open and records which client port
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,11 +28,14 @@ from tests.support.fake_provider import openai_text_stream
 
 class KeepAliveProvider:
     """An OpenAI-compatible endpoint that keeps connections alive. ``hold=True`` sends the
-    first delta, then waits for the client to close the connection (``closed_by_client``)."""
+    first delta, then waits for the client to close the connection (``closed_by_client``);
+    ``reset_next=True`` resets the connection of the next request instead of answering (a
+    server that went away while the connection was idle in the pool)."""
 
     def __init__(self) -> None:
         self.ports: list[int] = []
         self.hold = False
+        self.reset_next = False
         self.closed_by_client = threading.Event()
         outer = self
 
@@ -43,6 +48,11 @@ class KeepAliveProvider:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.ports.append(self.client_address[1])
+                if outer.reset_next:
+                    outer.reset_next = False
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True  # closed with linger 0: a reset, no answer
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -117,6 +127,18 @@ async def test_stop_closes_the_streams_connection_and_the_pool_goes_on(provider:
     provider.hold = False
     events = await collect(client.stream_chat(USER, [], ""))
     assert text(events) == "Hello" and len(set(provider.ports)) == 2  # a fresh connection after the cut one
+    await pool.aclose()
+
+
+async def test_a_kept_connection_reset_before_any_answer_is_tried_once_more_on_a_new_one(
+        provider: KeepAliveProvider) -> None:
+    pool = ConnectionPool()
+    client = OpenAIChatClient(base_url=provider.url, model="m", pool=pool)
+    assert text(await collect(client.stream_chat(USER, [], ""))) == "Hello"
+    provider.reset_next = True
+    events = await collect(client.stream_chat(USER, [], ""))
+    assert text(events) == "Hello" and events[-1] == {"type": "done", "stopReason": "stop"}, events
+    assert len(provider.ports) == 3 and len(set(provider.ports)) == 2  # the kept one, reset; then a new one
     await pool.aclose()
 
 

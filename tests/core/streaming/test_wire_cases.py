@@ -49,7 +49,7 @@ async def _run(case: dict[str, Any], url: str, transport: httpx.AsyncBaseTranspo
 
 
 def test_every_case_is_here() -> None:
-    assert len(CASES) == 141
+    assert len(CASES) == 143
 
 
 @pytest.mark.parametrize("feed", [None, 1, 7], ids=["whole", "1", "7"])

@@ -149,6 +149,8 @@ def share_action(request: HttpRequest, share_id: uuid.UUID, action: str) -> Http
     try:
         if action == "update":
             return JsonResponse(share_dict(shares.share_update(user=request.user, share_id=share_id)))
+        if action != "revoke":
+            return problem_response(problem("not-found", "A share link has only 'update' and 'revoke'."))
         shares.share_revoke(user=request.user, share_id=share_id)
     except ProblemError as exc:
         return problem_response(exc.problem)

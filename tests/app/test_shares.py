@@ -199,6 +199,9 @@ def test_the_owners_endpoints_create_list_update_and_revoke(user: Any, other_use
     assert owner.post("/shares", "[1]", content_type="application/json").status_code == 400
     assert owner.post(f"/shares/{body['id']}/update").json()["snapshotAt"] >= body["snapshotAt"]
     assert _client(None).get("/shares").status_code == 401
+    unknown = owner.post(f"/shares/{body['id']}/delete")
+    assert unknown.status_code == 404 and unknown["Content-Type"] == "application/problem+json"
+    assert owner.get("/shares").json()["shares"] != [], "an action other than update or revoke changes nothing"
     assert owner.post(f"/shares/{body['id']}/revoke").status_code == 204
     assert owner.get("/shares").json()["shares"] == []
     assert _client(other_user).get(f"/s/{token}").status_code == 404

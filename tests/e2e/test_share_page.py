@@ -66,6 +66,12 @@ def test_share_view_continue_revoke_and_a_temporary_chat(logged_in: Any, fake_ll
         assert_inert(viewer, bodies.nth(index), fake)
     assert page.get_by_test_id("composer").count() == 0
     assert not [u for u in viewer.requests if "/ws/" in u and u.startswith("ws")]
+    # On a phone the header wraps: the title gets the row's width, the date line stays readable.
+    page.set_viewport_size({"width": 390, "height": 844})
+    head = page.locator(".share-head").bounding_box()
+    title, meta = page.get_by_test_id("conversation-title").bounding_box(), page.locator(".share-meta").bounding_box()
+    assert title["width"] >= head["width"] * 0.8 and meta["width"] >= head["width"] * 0.6, (head, title, meta)
+    page.set_viewport_size({"width": 1280, "height": 820})
 
     page.get_by_test_id("share-continue").click()
     page.wait_for_url(CONVERSATION_URL)

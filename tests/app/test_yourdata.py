@@ -383,6 +383,16 @@ def _delete(client: Client, password: str) -> Any:
     return client.post("/account/delete", json.dumps({"password": password}), content_type="application/json")
 
 
+def test_signed_out_import_or_delete_is_an_unauthorized_problem_not_the_login_page(user: Any) -> None:
+    """The page calls them with fetch, which would follow a redirect to the login page and
+    read its 200 as done (after a logout in another tab, say)."""
+    signed_out = Client()
+    for response in (signed_out.post("/data/import", {"file": SimpleUploadedFile("x.json", b"[]")}),
+                     _delete(signed_out, "anything")):
+        assert response.status_code == 401 and response["Content-Type"] == "application/problem+json"
+    assert get_user_model().objects.filter(pk=user.pk).exists()
+
+
 def test_delete_my_account_leaves_no_row_of_the_user_and_the_ledger_totals(user: Any, other_user: Any) -> None:
     conversation = _build(user)
     _build(other_user)

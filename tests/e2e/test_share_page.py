@@ -27,6 +27,7 @@ def _share(owner: BrowserPage) -> str:
     link = page.get_by_test_id("share-link")
     link.wait_for()
     url = str(link.inner_text())
+    assert page.get_by_test_id("share-create").is_disabled(), "a second press would make a second link"
     page.locator("#share-close").click()
     return url
 

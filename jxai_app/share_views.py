@@ -125,11 +125,11 @@ def shares_endpoint(request: HttpRequest) -> HttpResponse:
     if not _signed_in(request):
         return _unauthorized()
     if request.method == "GET":
-        groups = request.user.groups.order_by("name")
+        groups = [{"id": g.pk, "name": g.name} for g in request.user.groups.order_by("name")]
+        offered = {ShareScope.SIGNED_IN: True, ShareScope.GROUPS: bool(groups),
+                   ShareScope.PUBLIC: conf.public_shares_allowed()}
         return JsonResponse({"shares": [share_dict(link) for link in shares.share_list(user=request.user)],
-                             "scopes": [s for s in ShareScope.values
-                                        if s != ShareScope.PUBLIC or conf.public_shares_allowed()],
-                             "groups": [{"id": g.pk, "name": g.name} for g in groups]})
+                             "scopes": [s for s in ShareScope.values if offered.get(s, False)], "groups": groups})
     try:
         body = _json_body(request)
         link, token = shares.share_create(
@@ -149,6 +149,8 @@ def share_action(request: HttpRequest, share_id: uuid.UUID, action: str) -> Http
     try:
         if action == "update":
             return JsonResponse(share_dict(shares.share_update(user=request.user, share_id=share_id)))
+        if action != "revoke":
+            return problem_response(problem("not-found", "A share link has only 'update' and 'revoke'."))
         shares.share_revoke(user=request.user, share_id=share_id)
     except ProblemError as exc:
         return problem_response(exc.problem)

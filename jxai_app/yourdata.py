@@ -8,7 +8,8 @@ Thin: the rules are :mod:`jxai_app.store.export`, :mod:`jxai_app.store.dataimpor
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import wraps
 from typing import Any
 
 from django.contrib.auth import logout
@@ -26,6 +27,18 @@ from jxai_app.store.export import export_filename, export_zip
 from jxai_app.web.erasure import erase_account
 
 __all__ = ["account_delete", "data_export", "data_import_view", "export_response"]
+
+
+def _signed_in(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
+    """An ``unauthorized`` problem (401) for a visitor who is not signed in, not
+    ``login_required``'s redirect: the page calls these with ``fetch``, which would follow it
+    and take the login page's 200 for success."""
+    @wraps(view)
+    def checked(request: HttpRequest) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return problem_response(problem("unauthorized", "Sign in first; nothing was changed."))
+        return view(request)
+    return checked
 
 
 async def _pieces(user: Any) -> AsyncIterator[bytes]:
@@ -53,7 +66,7 @@ async def data_export(request: HttpRequest) -> StreamingHttpResponse:
 
 
 @require_POST
-@login_required
+@_signed_in
 def data_import_view(request: HttpRequest) -> HttpResponse:
     """Settings → import: the ``file`` field, at most ``JXAI_IMPORT_MAX_BYTES``.
 
@@ -76,7 +89,7 @@ def data_import_view(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@_signed_in
 def account_delete(request: HttpRequest) -> HttpResponse:
     """Settings → "Delete my account": ``{"password"}`` as JSON. The account and its content
     go, the session ends (``{"deleted": true}``); a wrong password is ``forbidden``."""

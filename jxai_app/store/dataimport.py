@@ -187,6 +187,14 @@ def _text(value: Any, what: str, *, optional: bool = False) -> str:
     return storable(value)
 
 
+def _key(value: Any, what: str) -> Any:
+    """A message id (or a reference to one) as the source gives it: text, a whole number or
+    ``None``; anything else is a value of the wrong type (docs/data.md "Import")."""
+    if value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _Refused(f"{what} is neither text nor a whole number")
+
+
 def _storable_json(value: Any) -> Any:
     """A JSON value with every string in it (keys too) made storable (:func:`storable`:
     PostgreSQL's ``jsonb`` refuses ``\\u0000``). Depth is bounded by the file's check."""
@@ -266,7 +274,7 @@ def _jxai_call(call: Any) -> dict[str, Any]:
             "result": _storable_json(result),
             "success": success if isinstance(success, bool) else None,
             "started_at": _moment(call.get("started_at")), "finished_at": _moment(call.get("finished_at")),
-            "approval_state": state if state in _DECIDED else "", "decided_at": _moment(call.get("decided_at")),
+            "approval_state": state if isinstance(state, str) and state in _DECIDED else "", "decided_at": _moment(call.get("decided_at")),
             "decision_reason": _text(call.get("decision_reason"), "a decision's reason", optional=True)}
 
 
@@ -285,7 +293,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
         if not isinstance(row, dict):
             raise _Refused("a message is not an object")
         role = row.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise _Refused(f"role {str(role)[:20]!r} is not one jxai knows")
         reasoning = row.get("reasoning_content")
         calls = row.get("tool_calls") or []
@@ -295,7 +303,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
         if feedback is not None and (not isinstance(feedback, dict) or feedback.get("rating") not in FeedbackRating.values):
             raise _Refused("a feedback is neither up nor down")
         messages.append(DraftMessage(
-            key=row.get("id"), parent=row.get("parent"), role=role, content=_text(row.get("content"), "a message",
+            key=_key(row.get("id"), "a message's id"), parent=_key(row.get("parent"), "a message's parent"), role=role, content=_text(row.get("content"), "a message",
                                                                                   optional=True),
             created_at=_instant(row.get("created_at"), created),
             reasoning_content=None if reasoning is None else _text(reasoning, "a message's reasoning"),
@@ -310,7 +318,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
     return Draft(title=_text(document.get("title"), "the title", optional=True)[:TITLE_CHARS],
                  model=_text(document.get("model"), "the model", optional=True)[:100], created_at=created,
                  updated_at=_instant(document.get("updated_at"), created), messages=_ordered(messages),
-                 active=document.get("active_leaf"))
+                 active=_key(document.get("active_leaf"), "'active_leaf'"))
 
 
 def _chatgpt_text(message: Mapping[str, Any]) -> str | None:
@@ -359,17 +367,17 @@ def _chatgpt_draft(document: Mapping[str, Any]) -> Draft:
 
     def kept_ancestor(key: Any) -> Any:
         seen = 0
-        parent = nodes.get(key, {}).get("parent")
+        parent = _key(nodes.get(key, {}).get("parent"), "a node's parent")
         while parent is not None and parent not in kept:
             seen += 1
             if parent not in nodes or seen > len(nodes):
                 raise _Refused("its 'mapping' is not a tree")
-            parent = nodes[parent].get("parent")
+            parent = _key(nodes[parent].get("parent"), "a node's parent")
         return parent
 
     for key, message in kept.items():
         message.parent = kept_ancestor(key)
-    active = document.get("current_node")
+    active = _key(document.get("current_node"), "'current_node'")
     if active is not None and active not in kept:
         active = kept_ancestor(active) if active in nodes else None
     return Draft(title=_text(document.get("title"), "the title", optional=True)[:TITLE_CHARS],

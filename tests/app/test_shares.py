@@ -193,12 +193,17 @@ def test_the_owners_endpoints_create_list_update_and_revoke(user: Any, other_use
     assert body["scope"] == "signed_in" and body["expiresAt"] and body["viewCount"] == 0
     listed = owner.get("/shares").json()
     assert [s["id"] for s in listed["shares"]] == [body["id"]] and "url" not in listed["shares"][0]
-    assert listed["scopes"] == ["signed_in", "groups"]
+    assert listed["scopes"] == ["signed_in"], "no group to choose: the dialog does not offer chosen groups"
+    user.groups.add(Group.objects.create(name="research"))
+    assert owner.get("/shares").json()["scopes"] == ["signed_in", "groups"]
     assert owner.post("/shares", {"conversationId": str(shared.pk), "expiresInDays": 0},
                       content_type="application/json").status_code == 400
     assert owner.post("/shares", "[1]", content_type="application/json").status_code == 400
     assert owner.post(f"/shares/{body['id']}/update").json()["snapshotAt"] >= body["snapshotAt"]
     assert _client(None).get("/shares").status_code == 401
+    unknown = owner.post(f"/shares/{body['id']}/delete")
+    assert unknown.status_code == 404 and unknown["Content-Type"] == "application/problem+json"
+    assert owner.get("/shares").json()["shares"] != [], "an action other than update or revoke changes nothing"
     assert owner.post(f"/shares/{body['id']}/revoke").status_code == 204
     assert owner.get("/shares").json()["shares"] == []
     assert _client(other_user).get(f"/s/{token}").status_code == 404

@@ -255,6 +255,39 @@ def test_a_bad_conversation_is_skipped_whole_and_named_the_others_imported(user:
     assert Conversation.objects.count() == 1
 
 
+
+def _jxai_document(message: dict[str, Any], **members: Any) -> dict[str, Any]:
+    return {"format": store_export.CONVERSATION_FORMAT, "version": 1, "title": "Odd",
+            "messages": [{"id": 1, "parent": None, "role": "user", "content": "hi", **message}], **members}
+
+
+def _chatgpt_node(node: dict[str, Any], **members: Any) -> dict[str, Any]:
+    message = {"author": {"role": "user"}, "content": {"content_type": "text", "parts": ["hi"]}}
+    return {"title": "Odd", "mapping": {"a": {"parent": None, "message": message, **node}}, **members}
+
+
+@pytest.mark.parametrize("document", [
+    _jxai_document({"role": ["user"]}),
+    _jxai_document({"id": [1]}),
+    _jxai_document({"parent": {"id": 1}}),
+    _jxai_document({}, active_leaf=[1]),
+    _chatgpt_node({"parent": ["b"]}),
+    _chatgpt_node({}, current_node=["a"]),
+], ids=["role", "id", "parent", "active-leaf", "chatgpt-parent", "chatgpt-current-node"])
+def test_an_id_role_or_state_that_is_a_list_or_object_skips_its_conversation(user: Any, document: Any) -> None:
+    """A value of the wrong type (here one Python cannot hash) is a skipped conversation, not a 500."""
+    response = _import(user, json.dumps([document] if "mapping" in document else document).encode(), "x.json")
+    assert response.status_code == 400 and response["Content-Type"] == "application/problem+json"
+    assert response.json()["skipped"][0]["title"] == "Odd" and response.json()["skipped"][0]["reason"]
+    assert _counts() == (0, 0, 0)
+
+
+def test_an_approval_state_that_is_not_text_imports_as_a_call_that_needed_none(user: Any) -> None:
+    document = _jxai_document({"role": "assistant", "tool_calls": [{"call_id": "c", "approval_state": ["approved"]}]})
+    response = _import(user, json.dumps(document).encode(), "x.json")
+    assert response.status_code == 200 and response.json()["imported"][0]["messages"] == 1
+    assert list(ToolCall.objects.values_list("call_id", "approval_state")) == [("c", "")]
+
 # -- retention ---------------------------------------------------------------------------
 
 def _ledger_totals() -> dict[str, Any]:
@@ -348,6 +381,16 @@ def _signed_in(user: Any, password: str) -> Client:
 
 def _delete(client: Client, password: str) -> Any:
     return client.post("/account/delete", json.dumps({"password": password}), content_type="application/json")
+
+
+def test_signed_out_import_or_delete_is_an_unauthorized_problem_not_the_login_page(user: Any) -> None:
+    """The page calls them with fetch, which would follow a redirect to the login page and
+    read its 200 as done (after a logout in another tab, say)."""
+    signed_out = Client()
+    for response in (signed_out.post("/data/import", {"file": SimpleUploadedFile("x.json", b"[]")}),
+                     _delete(signed_out, "anything")):
+        assert response.status_code == 401 and response["Content-Type"] == "application/problem+json"
+    assert get_user_model().objects.filter(pk=user.pk).exists()
 
 
 def test_delete_my_account_leaves_no_row_of_the_user_and_the_ledger_totals(user: Any, other_user: Any) -> None:

@@ -27,6 +27,7 @@ def _share(owner: BrowserPage) -> str:
     link = page.get_by_test_id("share-link")
     link.wait_for()
     url = str(link.inner_text())
+    assert page.get_by_test_id("share-create").is_disabled(), "a second press would make a second link"
     page.locator("#share-close").click()
     return url
 
@@ -66,6 +67,12 @@ def test_share_view_continue_revoke_and_a_temporary_chat(logged_in: Any, fake_ll
         assert_inert(viewer, bodies.nth(index), fake)
     assert page.get_by_test_id("composer").count() == 0
     assert not [u for u in viewer.requests if "/ws/" in u and u.startswith("ws")]
+    # On a phone the header wraps: the title gets the row's width, the date line stays readable.
+    page.set_viewport_size({"width": 390, "height": 844})
+    head = page.locator(".share-head").bounding_box()
+    title, meta = page.get_by_test_id("conversation-title").bounding_box(), page.locator(".share-meta").bounding_box()
+    assert title["width"] >= head["width"] * 0.8 and meta["width"] >= head["width"] * 0.6, (head, title, meta)
+    page.set_viewport_size({"width": 1280, "height": 820})
 
     page.get_by_test_id("share-continue").click()
     page.wait_for_url(CONVERSATION_URL)

@@ -126,8 +126,8 @@ export class DataControls {
         }
         const report = await response.json();
         const skipped = report.skipped.map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
-        const text = [`Imported ${report.imported.length} conversation(s).`,
-          ...(skipped.length ? [`Skipped ${skipped.length}:`, ...skipped] : [])].join(" ");
+        const text = `Imported ${report.imported.length} conversation(s).`
+          + (skipped.length ? ` Skipped ${skipped.length}: ${skipped.join(" · ")}` : "");
         show(ui.importStatus, text, skipped.length > 0);
         announce(text);
         onImported();

@@ -88,10 +88,10 @@ export class ShareDialog {
       const share = await call("/shares", { method: "POST", body });
       ui.link.textContent = share.url;
       ui.link.hidden = false;
+      // Stays disabled until the dialog opens again: a second press would make a second link.
       this.status("Link created. Copy it now: it is shown only once.");
     } catch (error) {
       this.status(error.message, true);
-    } finally {
       ui.create.disabled = false;
     }
   }

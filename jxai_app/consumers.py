@@ -287,6 +287,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await self.send(text_data=text)
             except PEER_GONE as exc:
                 raise SocketGone() from exc
+            if self._buffer is not None:
+                self._buffer.wrote(len(text.encode("utf-8")))
             limit = conf.get_limits().ws_max_unsent_bytes
             if self._buffer is not None and limit and self._buffer.unsent > limit:
                 logger.info("websocket: user %s has not taken %d bytes sent (JXAI_WS_MAX_UNSENT_BYTES); "

@@ -22,6 +22,7 @@ from jxai_app.api import problem_response
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
 from jxai_app.db import db_call
+from jxai_app.policy.storage import storage_quota
 from jxai_app.store.dataimport import data_import
 from jxai_app.store.export import export_filename, export_zip
 from jxai_app.web.erasure import erase_account
@@ -70,7 +71,8 @@ async def data_export(request: HttpRequest) -> StreamingHttpResponse:
 def data_import_view(request: HttpRequest) -> HttpResponse:
     """Settings → import: the ``file`` field, at most ``JXAI_IMPORT_MAX_BYTES``.
 
-    Answers ``{"imported": [{"id", "title", "messages"}], "skipped": [{"index", "title", "reason"}]}``,
+    Answers ``{"imported": [{"id", "title", "messages", "attachments"}], "skipped": [{"index", "title",
+    "reason"}], "skipped_attachments": [{"conversation", "message", "name", "reason"}]}``,
     or a problem: ``payload-too-large``, ``invalid-request`` (with ``skipped`` when nothing
     could be imported)."""
     upload = request.FILES.get("file")
@@ -81,10 +83,11 @@ def data_import_view(request: HttpRequest) -> HttpResponse:
         return problem_response(problem("payload-too-large", f"An import file may be at most {limit} bytes; "
                                         "nothing was imported."))
     try:
-        report = data_import(user=request.user, data=upload.read())
+        report = data_import(user=request.user, data=upload.read(), quota=storage_quota(request.user))
     except ProblemError as refused:
         return problem_response(refused.problem)
-    return JsonResponse({"imported": report.imported, "skipped": report.skipped},
+    return JsonResponse({"imported": report.imported, "skipped": report.skipped,
+                         "skipped_attachments": report.skipped_attachments},
                         json_dumps_params={"ensure_ascii": False})
 
 

@@ -37,7 +37,7 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     approvals_expire(*, timeout) -> [Decided]; approvals_stop(*, user, conversation_id) -> bool
 
 Your data (docs/data.md), from their modules: ``export.export_zip(user) -> ZIP pieces``,
-``dataimport.data_import(*, user, data) -> ImportReport``,
+``dataimport.data_import(*, user, data, quota) -> ImportReport``,
 ``retention.conversations_purge(*, now, days, dry_run=False) -> [Purged]``,
 ``erasure.account_erase(*, user, by=None) -> ErasureRecord``.
 

@@ -7,6 +7,7 @@
     attachments_claim(*, user, message, ids, keep=()) -> list[Attachment]   (inside a send's transaction)
     attachments_sweep(*, older_than) -> int                          (unclaimed uploads removed)
     attachment_bytes(attachment) -> bytes; data_url(attachment) -> str
+    attachment_chunks(attachment) -> Iterator[bytes]                 (the stored bytes in pieces)
     content_parts(text, attachments) -> OpenAI content parts          (the wire's user message)
     storage_used(user) -> int
 
@@ -30,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import PurePosixPath
-from typing import Any, Final, Iterable, Sequence
+from typing import Any, Final, Iterable, Iterator, Sequence
 
 import filetype
 from django.contrib.auth import get_user_model
@@ -49,7 +50,7 @@ from jxai_app.core.problems import problem_error
 from jxai_app.models import Attachment, Message
 from jxai_app.store.common import parse_id
 
-__all__ = ["IMAGE_TYPES", "attachment_bytes", "attachment_dict", "attachment_get", "attachment_upload",
+__all__ = ["IMAGE_TYPES", "attachment_bytes", "attachment_chunks", "attachment_dict", "attachment_get", "attachment_upload",
            "attachments_claim", "attachments_sweep", "content_parts", "data_url", "storage_used"]
 
 IMAGE_TYPES: Final[dict[str, frozenset[str]]] = {
@@ -296,6 +297,18 @@ def attachment_bytes(attachment: Attachment) -> bytes:
     with conf.attachment_storage().open(attachment.file, "rb") as handle:
         data: bytes = handle.read()
     return data
+
+
+def attachment_chunks(attachment: Attachment, chunk_size: int = 64 * 1024) -> Iterator[bytes]:
+    """The stored bytes in pieces of at most ``chunk_size`` bytes (Django's ``File.chunks``
+    on the attachments storage), so a caller copying the file never holds it whole (the
+    export, docs/data.md "Export format").
+
+    Raises:
+        OSError: the storage cannot read the file (``FileNotFoundError`` when it is gone).
+    """
+    with conf.attachment_storage().open(attachment.file, "rb") as handle:
+        yield from handle.chunks(chunk_size)
 
 
 def data_url(attachment: Attachment) -> str:

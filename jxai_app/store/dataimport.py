@@ -10,11 +10,17 @@ whole and named in the report with the reason.
 
 Sources (:func:`read_upload`):
 
-- a jxai export ZIP (its ``conversations/*/conversation.json``), or one ``conversation.json``;
+- a jxai export ZIP (its ``conversations/*/conversation.json``, and the attachment files
+  their messages name), or one ``conversation.json`` (its attachments cannot come: no files);
 - ChatGPT's ``conversations.json`` (a list of conversations with a ``mapping`` tree), or
   ChatGPT's export ZIP holding it. Its nodes without a message (the root), hidden system
   messages, tool traffic (code the model ran, browsing, their outputs) and empty messages are
   left out; a kept message's parent is its nearest kept ancestor, so branches survive.
+
+A saved conversation's attachments are restored after its transaction, each through the
+checks of an upload (:func:`~jxai_app.store.attachments.attachment_upload`: name, type
+sniffing, pixel limit, file cap, the user's storage quota) and the per-message cap; one that
+fails is left out and listed in the report (``skipped_attachments``), its message kept.
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from jxai_app import conf
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem_error
 from jxai_app.models import (
-    Conversation, FeedbackRating, Message, MessageFeedback, MessageRole, ToolCall,
+    Attachment, Conversation, FeedbackRating, Message, MessageFeedback, MessageRole, ToolCall,
 )
+from jxai_app.store.attachments import attachment_upload
 from jxai_app.store.common import storable
 from jxai_app.store.export import CONVERSATION_FORMAT, EXPORT_VERSION
 
@@ -78,6 +85,8 @@ class DraftMessage:
     usage: Any = None
     calls: list[dict[str, Any]] = field(default_factory=list)
     feedback: dict[str, str] | None = None
+    attachments: list[Any] = field(default_factory=list)
+    """The document's attachment entries as they are (checked when restored)."""
 
 
 @dataclass(slots=True)
@@ -94,11 +103,14 @@ class Draft:
 
 @dataclass(slots=True)
 class ImportReport:
-    """What an import did: ``imported`` ``[{"id", "title", "messages"}]`` and ``skipped``
-    ``[{"index", "title", "reason"}]`` (``index``: 0-based place in the file)."""
+    """What an import did: ``imported`` ``[{"id", "title", "messages", "attachments"}]``,
+    ``skipped`` ``[{"index", "title", "reason"}]`` (``index``: 0-based place in the file) and
+    ``skipped_attachments`` ``[{"conversation": <new id>, "message": <the source's message id>,
+    "name", "reason"}]``."""
 
     imported: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped_attachments: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _too_large(limit: int) -> ProblemError:
@@ -137,6 +149,7 @@ def _parse_json(data: bytes, what: str) -> Any:
 
 
 def _zip_documents(data: bytes, limit: int) -> list[tuple[str, Any]]:
+    """``[(member name, parsed document)]`` of the ZIP's conversation files."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
@@ -154,9 +167,11 @@ def _zip_documents(data: bytes, limit: int) -> list[tuple[str, Any]]:
         raise _unreadable("The ZIP archive is damaged.") from None
 
 
-def read_upload(data: bytes) -> list[tuple[str, Any]]:
-    """Check and parse an uploaded file (module docstring): ``[(source, conversation document)]``
-    with ``source`` ``"jxai"`` or ``"chatgpt"``, in file order.
+def read_upload(data: bytes) -> list[tuple[str, Any, str | None]]:
+    """Check and parse an uploaded file (module docstring): ``[(source, conversation document,
+    folder)]`` with ``source`` ``"jxai"`` or ``"chatgpt"``, in file order; ``folder`` is the
+    ZIP folder of a jxai document (``conversations/<id>/``, where its attachments' paths
+    start), else ``None``.
 
     Raises:
         ProblemError: ``payload-too-large`` over ``JXAI_IMPORT_MAX_BYTES`` (file or unpacked
@@ -165,13 +180,14 @@ def read_upload(data: bytes) -> list[tuple[str, Any]]:
     limit = conf.import_max_bytes()
     if len(data) > limit:
         raise _too_large(limit)
-    documents = _zip_documents(data, limit) if data[:4] == b"PK\x03\x04" else [("the file", _parse_json(data, "The file"))]
-    out: list[tuple[str, Any]] = []
-    for _name, document in documents:
+    zipped = data[:4] == b"PK\x03\x04"
+    documents = _zip_documents(data, limit) if zipped else [("the file", _parse_json(data, "The file"))]
+    out: list[tuple[str, Any, str | None]] = []
+    for name, document in documents:
         if isinstance(document, dict) and document.get("format") == CONVERSATION_FORMAT:
-            out.append(("jxai", document))
+            out.append(("jxai", document, name.removesuffix("conversation.json") if zipped else None))
         elif isinstance(document, list) and all(isinstance(c, dict) and "mapping" in c for c in document):
-            out += [("chatgpt", c) for c in document]
+            out += [("chatgpt", c, None) for c in document]
         else:
             raise _unreadable("This is neither a jxai export nor ChatGPT's conversations.json.")
     return out
@@ -297,9 +313,12 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
             raise _Refused(f"role {str(role)[:20]!r} is not one jxai knows")
         reasoning = row.get("reasoning_content")
         calls = row.get("tool_calls") or []
+        attachments = row.get("attachments") or []
         feedback = row.get("feedback")
         if not isinstance(calls, list):
             raise _Refused("'tool_calls' is not a list")
+        if not isinstance(attachments, list):
+            raise _Refused("'attachments' is not a list")
         if feedback is not None and (not isinstance(feedback, dict) or feedback.get("rating") not in FeedbackRating.values):
             raise _Refused("a feedback is neither up nor down")
         messages.append(DraftMessage(
@@ -311,7 +330,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
             model=_text(row.get("model"), "a model name", optional=True)[:100],
             stop_reason=_text(row.get("stop_reason"), "a stop reason", optional=True)[:32],
             stopped=row.get("stopped") is True, usage=_storable_json(row["usage"]) if isinstance(row.get("usage"), dict) else None,
-            calls=[_jxai_call(c) for c in calls],
+            calls=[_jxai_call(c) for c in calls], attachments=attachments,
             feedback=None if feedback is None else {"rating": feedback["rating"],
                                                     "comment": _text(feedback.get("comment"), "a feedback comment",
                                                                      optional=True)}))
@@ -386,9 +405,10 @@ def _chatgpt_draft(document: Mapping[str, Any]) -> Draft:
                  active=active)
 
 
-def _save(user: Any, draft: Draft) -> Conversation:
+def _save(user: Any, draft: Draft) -> tuple[Conversation, list[Message]]:
     """Save one draft (call inside a transaction): the conversation, its messages in tree order
-    with their source times, their calls and feedback, the active leaf (a handful of queries)."""
+    with their source times, their calls and feedback, the active leaf (a handful of queries).
+    Returns the conversation and the message rows in ``draft.messages`` order."""
     conversation = Conversation.objects.create(owner=user, title=draft.title, model=draft.model)
     rows = Message.objects.bulk_create([
         Message(conversation=conversation, position=i, role=m.role, content=m.content,
@@ -409,22 +429,83 @@ def _save(user: Any, draft: Draft) -> Conversation:
     leaf = pk_of.get(draft.active, rows[-1].pk if rows else None)
     Conversation.objects.filter(pk=conversation.pk).update(
         active_leaf_id=leaf, created_at=draft.created_at, updated_at=draft.updated_at)
-    return conversation
+    return conversation, rows
 
 
-def _drafts(documents: Iterable[tuple[str, Any]]) -> Iterator[tuple[int, str, Draft | str]]:
-    """``(index, title, draft or the reason it was refused)`` per document."""
-    for index, (source, document) in enumerate(documents):
+def _attachment_file(archive: zipfile.ZipFile | None, folder: str | None, entry: Any, max_bytes: int) -> bytes:
+    """The bytes of one attachment entry of a ``conversation.json`` (``path`` under its folder).
+
+    Raises:
+        _Refused: the entry is not an object naming a file of the archive, or the file is
+            larger than ``max_bytes`` (not read then).
+    """
+    path = entry.get("path") if isinstance(entry, dict) else None
+    if not isinstance(path, str):
+        raise _Refused("the entry names no file ('path')")
+    if archive is None or folder is None:
+        raise _Refused("only a ZIP export carries the files")
+    try:
+        member = archive.getinfo(folder + path)
+    except KeyError:
+        raise _Refused(f"{path[:80]!r} is not in the archive") from None
+    if member.file_size > max_bytes:
+        raise _Refused(f"a file may be at most {max_bytes} bytes")
+    try:
+        return archive.read(member)
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError):
+        raise _Refused(f"{path[:80]!r} is damaged in the archive") from None
+
+
+def _restore_attachments(user: Any, quota: int | None, conversation: Conversation, draft: Draft,
+                         rows: list[Message], files: tuple[zipfile.ZipFile | None, str | None],
+                         report: ImportReport) -> int:
+    """Upload and claim the attachments of a saved draft's messages (module docstring), each
+    in a transaction of its own; one refused goes to ``report.skipped_attachments``. Returns
+    how many were restored."""
+    limits = conf.get_attachment_limits()
+    restored = 0
+    for message, row in zip(draft.messages, rows):
+        position = 0
+        for entry in message.attachments:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            try:
+                if position >= limits.per_message:
+                    raise _Refused(f"a message may carry at most {limits.per_message} attachments")
+                data = _attachment_file(*files, entry, limits.max_bytes)
+                with transaction.atomic():
+                    attachment = attachment_upload(user=user, name=name, data=data, quota=quota)
+                    Attachment.objects.filter(pk=attachment.pk).update(message=row, position=position)
+            except (_Refused, ProblemError) as refused:
+                report.skipped_attachments.append({"conversation": str(conversation.pk), "message": message.key,
+                                                   "name": name if isinstance(name, str) else "",
+                                                   "reason": str(refused)})
+                continue
+            position += 1
+        restored += position
+    return restored
+
+
+def _drafts(documents: Iterable[tuple[str, Any, str | None]]) -> Iterator[tuple[int, str, Draft | str, str | None]]:
+    """``(index, title, draft or the reason it was refused, folder)`` per document."""
+    for index, (source, document, folder) in enumerate(documents):
         title = document.get("title") if isinstance(document.get("title"), str) else ""
         try:
-            yield index, title[:TITLE_CHARS], (_jxai_draft(document) if source == "jxai" else _chatgpt_draft(document))
+            draft: Draft | str = _jxai_draft(document) if source == "jxai" else _chatgpt_draft(document)
         except _Refused as refused:
-            yield index, title[:TITLE_CHARS], str(refused)
+            draft = str(refused)
+        yield index, title[:TITLE_CHARS], draft, folder
 
 
-def data_import(*, user: Any, data: bytes) -> ImportReport:
+def data_import(*, user: Any, data: bytes, quota: int | None) -> ImportReport:
     """Import the conversations of an uploaded file (module docstring) as ``user``'s, each in a
-    transaction of its own, with their branches, titles and original times.
+    transaction of its own, with their branches, titles and original times, then their
+    attachments (docs/data.md "Import").
+
+    Args:
+        user: the importing user (the owner of everything saved).
+        data: the uploaded file's bytes.
+        quota: the bytes of attachments ``user`` may keep
+            (:func:`jxai_app.policy.storage.storage_quota`), ``None`` for no limit.
 
     Returns:
         The report; ``skipped`` names each conversation left out and why.
@@ -434,14 +515,17 @@ def data_import(*, user: Any, data: bytes) -> ImportReport:
             with the report's ``skipped`` when not one conversation could be imported.
     """
     report = ImportReport()
-    for index, title, draft in _drafts(read_upload(data)):
+    documents = read_upload(data)
+    archive = zipfile.ZipFile(io.BytesIO(data)) if any(folder is not None for _, _, folder in documents) else None
+    for index, title, draft, folder in _drafts(documents):
         if isinstance(draft, str):
             report.skipped.append({"index": index, "title": title, "reason": draft})
             continue
         with transaction.atomic():
-            conversation = _save(user, draft)
+            conversation, rows = _save(user, draft)
+        restored = _restore_attachments(user, quota, conversation, draft, rows, (archive, folder), report)
         report.imported.append({"id": str(conversation.pk), "title": conversation.title,
-                                "messages": len(draft.messages)})
+                                "messages": len(draft.messages), "attachments": restored})
     if not report.imported:
         raise problem_error("invalid-request", "No conversation in the file could be imported; nothing was saved.",
                             skipped=report.skipped)

@@ -2,17 +2,19 @@
 
 ::
 
-    manifest.json                          {"format": "jxai-export", "version": 1, "exported_at", "user",
+    manifest.json                          {"format": "jxai-export", "version": 2, "exported_at", "user",
                                             "conversations": [{"id", "title", "path"}]}
     conversations/<id>/conversation.json   the whole branch tree (:func:`conversation_tree`)
     conversations/<id>/openai.json         the active path as OpenAI wire messages (store/wire.py)
     conversations/<id>/transcript.md       the active path as Markdown (:func:`transcript_markdown`)
+    conversations/<id>/attachments/<attachment id>-<safe name>   each message's files, as stored
     feedback.json                          every rating the user gave, with its conversation
     settings.json                          {"custom_instructions"}
     notes.json                             [{"id", "text", "created_at"}]
 
 The archive is written file by file into a sink that hands out the bytes written so far
-(:func:`export_zip`): one conversation's files are in memory at a time, never the archive.
+(:func:`export_zip`): one conversation's files are in memory at a time, never the archive;
+an attachment is copied from the storage in pieces (:func:`attachment_chunks`), not whole.
 ``zipfile`` writes to a stream it cannot seek with data descriptors, which every unzip reads.
 """
 
@@ -27,7 +29,8 @@ from typing import Any, Final
 
 from django.utils import timezone
 
-from jxai_app.models import Conversation, Message, MessageStatus, Note, ToolCall
+from jxai_app.models import Attachment, Conversation, Message, MessageStatus, Note, ToolCall
+from jxai_app.store.attachments import attachment_chunks
 from jxai_app.store.branches import Tree
 from jxai_app.store.common import with_tool_calls
 from jxai_app.store.feedback import feedback_export, feedback_of
@@ -41,7 +44,7 @@ EXPORT_FORMAT: Final[str] = "jxai-export"
 """``format`` of ``manifest.json``."""
 CONVERSATION_FORMAT: Final[str] = "jxai-conversation"
 """``format`` of a ``conversation.json``."""
-EXPORT_VERSION: Final[int] = 1
+EXPORT_VERSION: Final[int] = 2
 """The format's version (docs/data.md "Export format": what a new version may change)."""
 
 
@@ -56,6 +59,23 @@ def _call_document(call: ToolCall) -> dict[str, Any]:
             "decision_reason": call.decision_reason}
 
 
+def _safe(text: str) -> str:
+    """``text`` with every character but letters, digits, ``-``, ``_`` and ``.`` as ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def _attachment_path(attachment: Attachment) -> str:
+    """Where the attachment's bytes are in the archive, under its conversation's folder:
+    ``attachments/<attachment id>-<safe name>`` (docs/data.md "Export format")."""
+    return f"attachments/{attachment.pk}-{_safe(attachment.name)}"
+
+
+def _attachment_document(attachment: Attachment) -> dict[str, Any]:
+    return {"id": str(attachment.pk), "name": attachment.name, "media_type": attachment.media_type,
+            "size": attachment.size, "sha256": attachment.sha256, "width": attachment.width,
+            "height": attachment.height, "path": _attachment_path(attachment)}
+
+
 def _message_document(message: Message) -> dict[str, Any]:
     feedback = feedback_of(message)
     return {
@@ -65,12 +85,14 @@ def _message_document(message: Message) -> dict[str, Any]:
         "usage": message.usage, "created_at": _iso(message.created_at),
         "tool_calls": [_call_document(call) for call in message.tool_calls.all()],
         "feedback": None if feedback is None else {"rating": feedback.rating, "comment": feedback.comment},
+        "attachments": [_attachment_document(a) for a in message.attachments.all()],
     }
 
 
 def _saved_messages(conversation: Conversation) -> list[Message]:
-    """Every saved message (the in-flight placeholder left out), calls and feedback with them,
-    in position order (parents before children): three queries."""
+    """Every saved message (the in-flight placeholder left out), calls, feedback and
+    attachments with them (:func:`with_tool_calls`), in position order (parents before
+    children): four queries."""
     return list(with_tool_calls(conversation.messages.exclude(status=MessageStatus.STREAMING)
                                 .select_related("feedback").order_by("position")))
 
@@ -85,7 +107,9 @@ def conversation_tree(conversation: Conversation, messages: Sequence[Message]) -
                        "tool_call_id", "model", "stop_reason", "stopped", "usage", "created_at",
                        "tool_calls": [{"call_id", "name", "arguments", "result", "success", "started_at",
                                        "finished_at", "approval_state", "decided_at", "decision_reason"}],
-                       "feedback": {"rating", "comment"} | null}]}
+                       "feedback": {"rating", "comment"} | null,
+                       "attachments": [{"id", "name", "media_type", "size", "sha256", "width", "height",
+                                        "path"}]}]}
 
     Messages come parents first (creation order); ids are the messages' ids in this
     deployment, meaningful only inside the document. ``messages``: :func:`_saved_messages`.
@@ -145,8 +169,9 @@ def _json(document: Any) -> bytes:
     return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
 
 
-def _files(user: Any) -> Iterator[tuple[str, bytes]]:
-    """``(name in the archive, bytes)`` of every file, one conversation at a time (a few queries each)."""
+def _files(user: Any) -> Iterator[tuple[str, bytes | Attachment]]:
+    """``(name in the archive, bytes)`` of every file, one conversation at a time (a few queries
+    each); an attachment's file as its row (:func:`export_zip` copies it from the storage)."""
     ids = list(Conversation.objects.filter(owner_id=user.pk).order_by("created_at", "pk")
                .values_list("pk", "title"))
     feedback: list[dict[str, Any]] = []
@@ -161,6 +186,9 @@ def _files(user: Any) -> Iterator[tuple[str, bytes]]:
         yield folder + "conversation.json", _json(tree)
         yield folder + "openai.json", _json(messages_to_wire(path))
         yield folder + "transcript.md", transcript_markdown(conversation, path).encode("utf-8")
+        for message in messages:
+            for attachment in message.attachments.all():
+                yield folder + _attachment_path(attachment), attachment
         feedback += [{"conversation": str(pk), **entry} for entry in feedback_export(conversation)]
     yield "feedback.json", _json(feedback)
     yield "settings.json", _json({"custom_instructions": instructions_get(user=user)})
@@ -194,18 +222,23 @@ class _Sink(io.RawIOBase):
 
 def export_zip(user: Any) -> Generator[bytes, None, None]:
     """``user``'s data as ZIP bytes, in pieces: one piece per file of the archive (module
-    docstring), then the central directory. Sync and querying: advance it from a database
+    docstring; an attachment's in a piece per 64 KiB read), then the central directory. Sync and querying: advance it from a database
     thread (:func:`jxai_app.db.db_call`); each step runs its queries to the end, so steps may
     run in different threads."""
     sink = _Sink()
     with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in _files(user):
-            archive.writestr(name, data)
+            if isinstance(data, Attachment):
+                with archive.open(name, "w") as member:
+                    for chunk in attachment_chunks(data):
+                        member.write(chunk)
+                        yield sink.take()
+            else:
+                archive.writestr(name, data)
             yield sink.take()
     yield sink.take()
 
 
 def export_filename(user: Any) -> str:
     """``jxai-<username>-<UTC stamp>.zip`` (the username's unsafe characters as ``_``)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in user.get_username())
-    return f"jxai-{safe}-{timezone.now().strftime('%Y%m%dT%H%M%SZ')}.zip"
+    return f"jxai-{_safe(user.get_username())}-{timezone.now().strftime('%Y%m%dT%H%M%SZ')}.zip"

@@ -8,6 +8,7 @@ the real ASGI application.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import uuid
@@ -31,13 +32,14 @@ from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from jxai_app import store
-from jxai_app.store import export as store_export
+from jxai_app.store import attachments as store_attachments, export as store_export
 from jxai_app.models import (
-    Conversation, ConversationStatus, ErasureRecord, Message, MessageFeedback, SignInEvent, ToolCall, UsageLedger,
+    Attachment, Conversation, ConversationStatus, ErasureRecord, Message, MessageFeedback, SignInEvent, ToolCall, UsageLedger,
 )
 from jxai_app.policy.usage import UsageCounts, ledger_add
 from jxai_app.store.dataimport import MAX_DEPTH, MAX_TEXT_CHARS
 from jxai_app.store.notes import note_save
+from tests.app.attachment_support import media_root, png  # noqa: F401 (fixture)
 from tests.app.store_support import TurnFeed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -120,7 +122,7 @@ async def test_export_then_import_gives_the_same_tree_message_by_message(user: A
     assert set(archive.namelist()) == {folder + "conversation.json", folder + "openai.json", folder + "transcript.md",
                                        "feedback.json", "settings.json", "notes.json", "manifest.json"}
     manifest = json.loads(archive.read("manifest.json"))
-    assert (manifest["format"], manifest["version"], manifest["user"]) == ("jxai-export", 1, "alice")
+    assert (manifest["format"], manifest["version"], manifest["user"]) == ("jxai-export", 2, "alice")
     assert json.loads(archive.read(folder + "openai.json")) == await sync_to_async(store.to_messages)(original)
     transcript = archive.read(folder + "transcript.md").decode()
     assert "It is **4 °C** in Oslo." in transcript and '"temp_c": 4' in transcript and "Bergen" not in transcript
@@ -497,3 +499,63 @@ async def test_deleting_the_account_closes_the_user_s_open_socket(settings: Any,
             assert output["code"] == 4401
             break
     await comm.wait()
+
+
+def _stored(attachment: Attachment) -> bytes:
+    return b"".join(store_attachments.attachment_chunks(attachment))
+
+
+def test_attachments_go_out_with_the_export_and_come_back_through_the_upload_checks(
+        settings: Any, django_user_model: Any, user: Any, other_user: Any, media_root: Any) -> None:
+    files = {"plan.png": png(), "notes (v2).txt": "Plan: één\n- oat milk\n".encode(), "big.txt": b"x" * 400}
+    uploads = [store.attachment_upload(user=user, name=name, data=data, quota=None) for name, data in files.items()]
+    turn = store.message_send(user=user, conversation_id=None, text="See these", model="gpt-4o",
+                              attachments=[str(a.pk) for a in uploads])
+    _answer(turn, "Noted.")
+    staff = django_user_model.objects.create_user("sam", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=("view_user", "view_conversation")))
+    client = Client()
+    client.force_login(staff)
+    response = client.post("/admin/auth/user/", {"action": "export_user_data", "_selected_action": [user.pk]})
+    with pytest.warns(Warning, match="asynchronous iterators"):  # the sync test client reads the async stream
+        archive = zipfile.ZipFile(io.BytesIO(b"".join(response)))
+
+    folder = f"conversations/{turn.conversation_id}/"
+    paths = [f"attachments/{uploads[0].pk}-plan.png", f"attachments/{uploads[1].pk}-notes__v2_.txt",
+             f"attachments/{uploads[2].pk}-big.txt"]
+    assert {folder + p for p in paths} <= set(archive.namelist())
+    tree = json.loads(archive.read(folder + "conversation.json"))
+    [question] = [m for m in tree["messages"] if m["role"] == "user"]
+    assert [(a["name"], a["path"], a["size"], a["sha256"], a["width"]) for a in question["attachments"]] == [
+        (name, path, len(data), hashlib.sha256(data).hexdigest(), 4 if name.endswith(".png") else None)
+        for (name, data), path in zip(files.items(), paths)]
+    assert [archive.read(folder + p) for p in paths] == list(files.values())
+
+    # Repacked with a file whose contents are not what its name says; the importer's quota
+    # takes the image and the notes but not big.txt.
+    question["attachments"].append({"name": "fake.png", "path": "attachments/fake.png"})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as again:
+        for name in archive.namelist():
+            again.writestr(name, json.dumps(tree) if name == folder + "conversation.json" else archive.read(name))
+        again.writestr(folder + "attachments/fake.png", b"just text")
+    settings.JXAI_STORAGE_PER_USER_BYTES = len(files["plan.png"]) + len(files["notes (v2).txt"]) + 100
+    response = _import(other_user, buffer.getvalue())
+    assert response.status_code == 200, response.content
+    report = response.json()
+    [imported] = report["imported"]
+    assert (imported["messages"], imported["attachments"], report["skipped"]) == (2, 2, [])
+    assert [(s["conversation"], s["message"], s["name"]) for s in report["skipped_attachments"]] == [
+        (imported["id"], question["id"], "big.txt"), (imported["id"], question["id"], "fake.png")]
+    quota_reason, type_reason = (s["reason"] for s in report["skipped_attachments"])
+    assert "more than your" in quota_reason and "named like an image" in type_reason
+    [copy] = Message.objects.filter(conversation_id=imported["id"], role="user")
+    restored = list(copy.attachments.order_by("position"))
+    assert copy.content == "See these" and [a.owner_id for a in restored] == [other_user.pk] * 2
+    assert [(a.name, a.media_type, _stored(a), a.sha256) for a in restored] == [
+        (u.name, u.media_type, files[u.name], hashlib.sha256(files[u.name]).hexdigest()) for u in uploads[:2]]
+    assert {a.file for a in restored}.isdisjoint({u.file for u in uploads})  # files of their own
+
+    response = _import(other_user, archive.read(folder + "conversation.json"), "c.json")
+    assert response.status_code == 200 and response.json()["imported"][0]["attachments"] == 0
+    assert {s["reason"] for s in response.json()["skipped_attachments"]} == {"only a ZIP export carries the files"}

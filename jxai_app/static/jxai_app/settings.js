@@ -126,9 +126,11 @@ export class DataControls {
         }
         const report = await response.json();
         const skipped = report.skipped.map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
+        const files = report.skipped_attachments.map((s) => `${s.name || "a file"}: ${s.reason}`);
         const text = `Imported ${report.imported.length} conversation(s).`
-          + (skipped.length ? ` Skipped ${skipped.length}: ${skipped.join(" · ")}` : "");
-        show(ui.importStatus, text, skipped.length > 0);
+          + (skipped.length ? ` Skipped ${skipped.length}: ${skipped.join(" · ")}` : "")
+          + (files.length ? ` Files left out (their messages kept) ${files.length}: ${files.join(" · ")}` : "");
+        show(ui.importStatus, text, skipped.length + files.length > 0);
         announce(text);
         onImported();
       } catch {

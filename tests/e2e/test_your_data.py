@@ -57,10 +57,10 @@ def test_download_import_and_delete_my_account_through_settings(logged_in: Any, 
     assert status.evaluate("e => e.scrollWidth <= e.clientWidth")
     page.set_viewport_size({"width": 1280, "height": 820})
 
-    page.locator("#delete-account-password").fill("not my password")
+    page.locator("[data-testid=delete-account-confirm]").fill("not my password")
     page.get_by_test_id("delete-account").click()
     expect(page.locator("#delete-account-status")).to_contain_text("not your password")
-    page.locator("#delete-account-password").fill(PASSWORD)
+    page.locator("[data-testid=delete-account-confirm]").fill(PASSWORD)
     page.get_by_test_id("delete-account").click()
     page.wait_for_url("**/accounts/login/")
     assert not get_user_model().objects.filter(pk=user.pk).exists() and not Conversation.objects.exists()

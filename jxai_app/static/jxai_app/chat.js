@@ -95,7 +95,7 @@ new ShareDialog(ui.share, { current: () => state.currentId });
 const shareList = new ShareList({ list: $("share-list"), empty: $("share-list-empty") });
 ui.settings.open.addEventListener("click", () => shareList.load());
 new DataControls({ importInput: $("import-data"), importStatus: $("import-status"), deleteForm: $("delete-account-form"),
-  password: $("delete-account-password"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
+  confirm: $("delete-account-confirm"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
   importUrl: initial.dataUrls.import, deleteUrl: initial.dataUrls.deleteAccount, loginUrl: initial.dataUrls.login,
   onImported: () => conversations.ask(null),
   announce: (text) => announce(text),

@@ -103,9 +103,10 @@ async function problemText(response) {
 
 /**
  * Your data, in the settings dialog (docs/data.md): "Download my data" is a plain link; the
- * import sends the chosen file to `importUrl`; "Delete my account" posts the password to
- * `deleteUrl` and, once done, leaves for the login page.
- * `ui`: {importInput, importStatus, deleteForm, password, deleteButton, deleteStatus}.
+ * import sends the chosen file to `importUrl`; "Delete my account" posts what its field asks
+ * (the password, or the username for an account without one: the field's `name`, chosen by the
+ * server, docs/data.md "Erasure") to `deleteUrl` and, once done, leaves for the login page.
+ * `ui`: {importInput, importStatus, deleteForm, confirm, deleteButton, deleteStatus}.
  * Options: importUrl, deleteUrl, loginUrl, onImported() (refresh the list), announce(text).
  */
 export class DataControls {
@@ -145,7 +146,7 @@ export class DataControls {
       try {
         const response = await fetch(deleteUrl, {
           method: "POST", headers: { "X-CSRFToken": csrfToken(), "Content-Type": "application/json" },
-          body: JSON.stringify({ password: ui.password.value }),
+          body: JSON.stringify({ [ui.confirm.name]: ui.confirm.value }),
         });
         if (response.ok) {
           window.location.assign(loginUrl);

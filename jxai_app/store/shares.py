@@ -117,9 +117,13 @@ def share_create(*, user: Any, conversation_id: uuid.UUID | str, scope: str = Sh
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign conversation), ``invalid-request``
-            (scope, groups, expiry), ``forbidden`` (``public`` while ``JXAI_PUBLIC_SHARES`` is off).
+            (scope, groups, expiry), ``forbidden`` (``public`` while ``JXAI_PUBLIC_SHARES`` is off),
+            ``conflict`` for a temporary chat (docs/data.md "Temporary chats").
     """
     conversation = get_owned(user, conversation_id)
+    if conversation.temporary:
+        raise problem_error("conflict", "A temporary chat cannot be shared: it is not kept. "
+                            "Share a conversation that is saved to your list.")
     scope, groups = _scope(user, scope, list(group_ids) if group_ids is not None else None)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     link = ShareLink.objects.create(

@@ -178,7 +178,7 @@ def test_another_conversation_is_never_reachable_through_a_share(user: Any, othe
     assert mallory.post("/shares", {"conversationId": str(private.pk)}, content_type="application/json").status_code == 404
     assert mallory.post(f"/shares/{link.pk}/revoke").status_code == 404
     assert mallory.get("/shares").json()["shares"] == []
-    share_continue(token=token, viewer=other_user)
+    share_continue(token=token, viewer=other_user, model_for=str)
     copy = Conversation.objects.get(owner=other_user)
     with pytest.raises(ProblemError):
         store.conversation_get(user=other_user, conversation_id=shared.pk)

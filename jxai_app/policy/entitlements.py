@@ -89,6 +89,11 @@ class Entitlements:
         chat", docs/data.md "Share links")."""
         return alias if self.may_use(alias) else self.default_alias(registry)
 
+    def allowed_aliases(self, registry: ModelRegistry) -> list[str]:
+        """The configured aliases that may be used, in configuration order (what an
+        unknown-model refusal names: ``core.gateway.unknown_model_detail``)."""
+        return [alias for alias in registry.aliases() if self.may_use(alias)]
+
     def listing(self, registry: ModelRegistry) -> list[dict[str, Any]]:
         """The registry's public listing (``GET /ai/models``' ``models``) cut to the allowed
         aliases, ``default`` marking :meth:`default_alias`."""

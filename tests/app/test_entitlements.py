@@ -191,6 +191,23 @@ def test_continue_in_my_chat_takes_the_viewers_default_when_their_groups_may_not
         assert answer["Location"] == f"/c/{copy.pk}" and copy.model == expected, viewer
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_an_unknown_model_refusal_names_only_the_models_the_caller_may_use(
+        intern: Any, fake: FakeProvider, hub: Any) -> None:
+    tab = await Tab(intern).open()
+    await tab.send(type="send", conversationId=None, text="Hi", model="nope")
+    refusal = await tab.until(lambda f: f["type"] == "error")
+    assert refusal["code"] == "invalid-request" and refusal["message"] == "Unknown model 'nope'; models you may use: small."
+    await tab.close()
+    session = AsyncClient()
+    await session.aforce_login(intern)
+    response = await session.post("/ai/chat", data=json.dumps({"messages": [{"role": "user", "content": "Hi"}],
+                                                                "model": "nope"}), content_type="application/json")
+    assert response.status_code == 400
+    assert json.loads(response.content)["detail"] == "Unknown model 'nope'; models you may use: small."
+    assert fake.requests == []
+
+
 # -- admin and the command -----------------------------------------------------------------
 @pytest.mark.django_db
 def test_admin_edits_a_groups_entitlements_inline_and_shows_a_users_effective_ones(

@@ -127,7 +127,8 @@ export class DataControls {
         }
         const report = await response.json();
         const skipped = report.skipped.map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
-        const text = `Imported ${report.imported.length} conversation(s).`
+        const count = report.imported.length;
+        const text = `Imported ${count} ${count === 1 ? "conversation" : "conversations"}.`
           + (skipped.length ? ` Skipped ${skipped.length}: ${skipped.join(" · ")}` : "");
         show(ui.importStatus, text, skipped.length > 0);
         announce(text);

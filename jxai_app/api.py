@@ -88,7 +88,8 @@ async def _accept(request: HttpRequest) -> tuple[gateway.ChatRequest, gateway.Se
     upstream = gateway.select_client(chat_request, caller, registry=registry,
                                      timeouts=conf.get_client_timeouts(),
                                      retry=RetryPolicy(retries=max(0, limits.upstream_retries)),
-                                     secrets=conf.stream_secrets(), max_output_tokens=conf.answer_token_limit())
+                                     secrets=conf.stream_secrets(), max_output_tokens=conf.answer_token_limit(),
+                                     offered=granted.allowed_aliases(registry))
     try:
         if caller is None:  # a configured model: the caller's groups must allow it
             granted.check_model(upstream.model)

@@ -36,9 +36,10 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from jxai_app import conf
 from jxai_app.api import problem_response
-from jxai_app.core.errors import ProblemError
+from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.core.problems import problem
 from jxai_app.models import ShareLink, ShareScope
+from jxai_app.policy.entitlements import entitlements_for
 from jxai_app.store import shares
 
 __all__ = ["share_action", "share_continue", "share_page", "shares_endpoint"]
@@ -84,8 +85,18 @@ def share_continue(request: HttpRequest, token: str) -> HttpResponse:
     signed-in viewer's, then the chat page of it (302)."""
     if not _signed_in(request):
         return _guarded(redirect_to_login(f"/s/{token}"))
+    granted = entitlements_for(request.user)
+
+    def model_for(shared: str) -> str:
+        """The shared model when the viewer's groups may use it, else the viewer's default
+        (docs/data.md "Share links"); an unusable configuration keeps it (the turn says why)."""
+        try:
+            return granted.usable_alias(shared, conf.get_model_registry()) or shared
+        except ConfigurationError:
+            return shared
+
     try:
-        conversation = shares.share_continue(token=token, viewer=request.user)
+        conversation = shares.share_continue(token=token, viewer=request.user, model_for=model_for)
     except ProblemError:
         return _missing()
     return _guarded(redirect("conversation", conversation_id=conversation.pk, permanent=False))

@@ -23,6 +23,7 @@ from jxai_app.core.errors import ConfigurationError, ProblemError
 from jxai_app.policy.entitlements import entitlements_for
 from jxai_app.policy.storage import storage_quota
 from jxai_app.store.serializers import conversation_dict, conversation_dicts
+from jxai_app.yourdata import delete_confirmation
 
 __all__ = ["chat"]
 
@@ -71,6 +72,7 @@ def chat(request: HttpRequest, conversation_id: uuid.UUID | None = None) -> Http
         "wsPath": WS_PATH,
         "dataUrls": {"import": reverse("data-import"), "deleteAccount": reverse("account-delete"),
                      "login": reverse("login")},
+        "deleteConfirm": delete_confirmation(request.user),  # docs/data.md "Erasure"
     }
     title = (current.title or "Conversation") if current else "New chat"
     storage = {"used": store.storage_used(request.user), "quota": storage_quota(request.user)}  # docs/attachments.md

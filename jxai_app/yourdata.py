@@ -1,5 +1,6 @@
 """Your data over HTTP (docs/data.md): ``GET /data/export`` (the ZIP, streamed),
-``POST /data/import`` (a file), ``POST /account/delete`` (with the password).
+``POST /data/import`` (a file), ``POST /account/delete`` (with the password, or the
+username for an account without one).
 
 Thin: the rules are :mod:`jxai_app.store.export`, :mod:`jxai_app.store.dataimport` and
 :mod:`jxai_app.web.erasure`. Refusals are ``application/problem+json`` (docs/api.md "Problem documents").
@@ -27,7 +28,7 @@ from jxai_app.store.dataimport import data_import
 from jxai_app.store.export import export_filename, export_zip
 from jxai_app.web.erasure import erase_account
 
-__all__ = ["account_delete", "data_export", "data_import_view", "export_response"]
+__all__ = ["account_delete", "data_export", "data_import_view", "delete_confirmation", "export_response"]
 
 
 def _signed_in(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[HttpRequest], HttpResponse]:
@@ -91,17 +92,36 @@ def data_import_view(request: HttpRequest) -> HttpResponse:
                         json_dumps_params={"ensure_ascii": False})
 
 
+def delete_confirmation(user: Any) -> str:
+    """What "Delete my account" asks ``user`` to type: ``"password"`` for a user with a usable
+    password, ``"username"`` otherwise (an account made by OpenID Connect sign-in has none to
+    type). docs/data.md "Erasure"."""
+    return "password" if user.has_usable_password() else "username"
+
+
+def _confirmed(user: Any, body: Any) -> bool:
+    """Whether ``body`` (the parsed JSON) carries ``user``'s confirmation
+    (:func:`delete_confirmation`): the password, or the username exactly as it is spelt."""
+    kind = delete_confirmation(user)
+    typed = body.get(kind) if isinstance(body, dict) else None
+    if not isinstance(typed, str):
+        return False
+    return user.check_password(typed) if kind == "password" else typed == user.get_username()
+
+
 @require_POST
 @_signed_in
 def account_delete(request: HttpRequest) -> HttpResponse:
-    """Settings → "Delete my account": ``{"password"}`` as JSON. The account and its content
-    go, the session ends (``{"deleted": true}``); a wrong password is ``forbidden``."""
+    """Settings → "Delete my account": ``{"password"}`` as JSON, or ``{"username"}`` for a user
+    without a usable password (:func:`delete_confirmation`). The account and its content go,
+    the session ends (``{"deleted": true}``); a wrong confirmation is ``forbidden``."""
     try:
-        password = json.loads(request.body or b"{}").get("password")
-    except (ValueError, AttributeError):
-        password = None
-    if not isinstance(password, str) or not request.user.check_password(password):
-        return problem_response(problem("forbidden", "That is not your password; nothing was deleted."))
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        body = None
+    if not _confirmed(request.user, body):
+        what = "your password" if delete_confirmation(request.user) == "password" else "your username"
+        return problem_response(problem("forbidden", f"That is not {what}; nothing was deleted."))
     try:
         erase_account(request.user)
     except ProblemError as refused:

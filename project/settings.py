@@ -62,6 +62,8 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+# The page's fetch calls get a problem document, forms Django's page (docs/security.md, threat 8).
+CSRF_FAILURE_VIEW = "jxai_app.web.csrf.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",

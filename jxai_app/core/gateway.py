@@ -291,10 +291,16 @@ class SelectedUpstream:
             await self.transport.aclose()
 
 
+def unknown_model_detail(alias: Any, offered: Sequence[str]) -> str:
+    """The refusal's words for model ``alias`` that is not configured, naming ``offered``
+    (the aliases the caller may use) and nothing else."""
+    return f"Unknown model {alias!r}; models you may use: {', '.join(offered) or 'none'}."
+
+
 def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry: ModelRegistry,
                   timeouts: ClientTimeouts, retry: RetryPolicy,
                   build: Callable[[str], ChatClient] | None = None, secrets: Sequence[str] = (),
-                  max_output_tokens: int | None = None) -> SelectedUpstream:
+                  max_output_tokens: int | None = None, offered: Sequence[str] | None = None) -> SelectedUpstream:
     """Pick the streaming client for an accepted request.
 
     Args:
@@ -309,6 +315,9 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
         max_output_tokens: the answer allowance the request's reservation holds, sent as its
             output limit (``ModelRegistry.build_client``; a caller's provider gets it as
             ``max_tokens``); ``None``: no limit of jxai's.
+        offered: the aliases an unknown-model refusal names: the ones the caller may use
+            (the caller decides; docs/security.md "Group entitlements"); ``None``: every
+            configured alias.
 
     Returns:
         The selected upstream, its client guarded (retried, and the request's provider key
@@ -317,7 +326,7 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
 
     Raises:
         ProblemError: 400 ``invalid-request`` for an unknown alias (the detail lists the
-            configured aliases, nothing else) or a caller provider without ``model``; 501
+            ``offered`` aliases, nothing else) or a caller provider without ``model``; 501
             ``capability-unavailable`` when tools are sent to a model configured without them.
     """
     if caller is not None:
@@ -331,8 +340,8 @@ def select_client(chat: ChatRequest, caller: CallerProvider | None, *, registry:
     try:
         model = registry.resolve(chat.model)
     except UnknownModelError:
-        raise problem_error("invalid-request", f"Unknown model {chat.model!r}; configured models: "
-                                               f"{', '.join(registry.aliases())}.") from None
+        raise problem_error("invalid-request", unknown_model_detail(
+            chat.model, registry.aliases() if offered is None else offered)) from None
     if chat.tools and not model.supports_tools:
         raise problem_error("capability-unavailable", f"The model {model.alias!r} is configured without tool "
                                                       "support; send no tools or pick another model.")

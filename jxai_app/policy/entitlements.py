@@ -83,6 +83,17 @@ class Entitlements:
             return registry.default_alias
         return next((alias for alias in registry.aliases() if self.may_use(alias)), None)
 
+    def usable_alias(self, alias: str, registry: ModelRegistry) -> str | None:
+        """``alias`` when it may be used, else :meth:`default_alias` (``None`` when no model
+        may be used): the model a copy of someone else's conversation gets ("Continue in my
+        chat", docs/data.md "Share links")."""
+        return alias if self.may_use(alias) else self.default_alias(registry)
+
+    def allowed_aliases(self, registry: ModelRegistry) -> list[str]:
+        """The configured aliases that may be used, in configuration order (what an
+        unknown-model refusal names: ``core.gateway.unknown_model_detail``)."""
+        return [alias for alias in registry.aliases() if self.may_use(alias)]
+
     def listing(self, registry: ModelRegistry) -> list[dict[str, Any]]:
         """The registry's public listing (``GET /ai/models``' ``models``) cut to the allowed
         aliases, ``default`` marking :meth:`default_alias`."""

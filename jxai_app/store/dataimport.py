@@ -99,6 +99,7 @@ class Draft:
     updated_at: datetime
     messages: list[DraftMessage]
     active: Any
+    temporary: bool = False  # a jxai temporary chat stays one (docs/data.md "Import")
 
 
 @dataclass(slots=True)
@@ -337,7 +338,7 @@ def _jxai_draft(document: Mapping[str, Any]) -> Draft:
     return Draft(title=_text(document.get("title"), "the title", optional=True)[:TITLE_CHARS],
                  model=_text(document.get("model"), "the model", optional=True)[:100], created_at=created,
                  updated_at=_instant(document.get("updated_at"), created), messages=_ordered(messages),
-                 active=_key(document.get("active_leaf"), "'active_leaf'"))
+                 active=_key(document.get("active_leaf"), "'active_leaf'"), temporary=document.get("temporary") is True)
 
 
 def _chatgpt_text(message: Mapping[str, Any]) -> str | None:
@@ -409,7 +410,8 @@ def _save(user: Any, draft: Draft) -> tuple[Conversation, list[Message]]:
     """Save one draft (call inside a transaction): the conversation, its messages in tree order
     with their source times, their calls and feedback, the active leaf (a handful of queries).
     Returns the conversation and the message rows in ``draft.messages`` order."""
-    conversation = Conversation.objects.create(owner=user, title=draft.title, model=draft.model)
+    conversation = Conversation.objects.create(owner=user, title=draft.title, model=draft.model,
+                                               temporary=draft.temporary)
     rows = Message.objects.bulk_create([
         Message(conversation=conversation, position=i, role=m.role, content=m.content,
                 reasoning_content=m.reasoning_content, tool_call_id=m.tool_call_id, usage=m.usage, model=m.model,

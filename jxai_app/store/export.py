@@ -102,7 +102,7 @@ def conversation_tree(conversation: Conversation, messages: Sequence[Message]) -
     tree (docs/data.md "Export format")::
 
         {"format": "jxai-conversation", "version": 1, "id", "title", "model", "created_at", "updated_at",
-         "active_leaf": <message id | null>,
+         "temporary": bool, "active_leaf": <message id | null>,
          "messages": [{"id", "parent": <id | null>, "role", "content", "reasoning_content",
                        "tool_call_id", "model", "stop_reason", "stopped", "usage", "created_at",
                        "tool_calls": [{"call_id", "name", "arguments", "result", "success", "started_at",
@@ -121,7 +121,7 @@ def conversation_tree(conversation: Conversation, messages: Sequence[Message]) -
     return {
         "format": CONVERSATION_FORMAT, "version": EXPORT_VERSION, "id": str(conversation.pk),
         "title": conversation.title, "model": conversation.model, "created_at": _iso(conversation.created_at),
-        "updated_at": _iso(conversation.updated_at), "active_leaf": leaf,
+        "updated_at": _iso(conversation.updated_at), "temporary": conversation.temporary, "active_leaf": leaf,
         "messages": [_message_document(m) for m in messages],
     }
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Final
 
@@ -117,9 +117,13 @@ def share_create(*, user: Any, conversation_id: uuid.UUID | str, scope: str = Sh
 
     Raises:
         ProblemError: ``not-found`` (missing or foreign conversation), ``invalid-request``
-            (scope, groups, expiry), ``forbidden`` (``public`` while ``JXAI_PUBLIC_SHARES`` is off).
+            (scope, groups, expiry), ``forbidden`` (``public`` while ``JXAI_PUBLIC_SHARES`` is off),
+            ``conflict`` for a temporary chat (docs/data.md "Temporary chats").
     """
     conversation = get_owned(user, conversation_id)
+    if conversation.temporary:
+        raise problem_error("conflict", "A temporary chat cannot be shared: it is not kept. "
+                            "Share a conversation that is saved to your list.")
     scope, groups = _scope(user, scope, list(group_ids) if group_ids is not None else None)
     token = secrets.token_urlsafe(TOKEN_BYTES)
     link = ShareLink.objects.create(
@@ -220,17 +224,23 @@ def share_open(*, token: str, viewer: Any, count: bool = True) -> ShareLink:
 
 
 @transaction.atomic
-def share_continue(*, token: str, viewer: Any) -> Conversation:
+def share_continue(*, token: str, viewer: Any, model_for: Callable[[str], str]) -> Conversation:
     """"Continue in my chat": a new conversation of ``viewer``'s holding a copy of the
     snapshot (every message, its calls and their results, as a path from its first message;
-    the title and model of the shared one). The view is not counted again.
+    the shared one's title). The view is not counted again.
+
+    Args:
+        model_for: the copy's model alias given the shared one's: the caller applies the
+            viewer's entitlements (docs/security.md "Group entitlements"), which the store
+            does not know.
 
     Raises:
         ProblemError: as :func:`share_open`; ``invalid-request`` for an anonymous viewer.
     """
     link = share_open(token=token, viewer=viewer, count=False)
     snapshot = link.snapshot if isinstance(link.snapshot, dict) else {}
-    conversation = conversation_create(user=viewer, model=str(snapshot.get("model") or ""), title=link.title)
+    conversation = conversation_create(user=viewer, model=model_for(str(snapshot.get("model") or "")),
+                                       title=link.title)
     parent: Message | None = None
     for position, item in enumerate(snapshot.get("messages") or []):
         parent = Message.objects.create(

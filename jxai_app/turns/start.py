@@ -22,12 +22,13 @@ from django.db import transaction
 
 from jxai_app import conf, store
 from jxai_app.core.errors import UnknownModelError
+from jxai_app.core.gateway import unknown_model_detail
 from jxai_app.core.problems import problem_error
 from jxai_app.core.providers import ModelConfig
 from jxai_app.core.tokens import estimate_tokens
 from jxai_app.db import db_request
 from jxai_app.policy.budget import TurnBudget, forfeit
-from jxai_app.policy.entitlements import entitlements_for
+from jxai_app.policy.entitlements import Entitlements, entitlements_for
 from jxai_app.tools import mcp as mcp_tools
 from jxai_app.tools.offer import tool_view
 from jxai_app.turns.frames import snapshot_of
@@ -40,20 +41,22 @@ __all__ = ["TurnPlan", "edit", "launch", "regenerate", "resume", "retry", "send"
 logger = logging.getLogger("jxai_app.turns")
 
 
-def _model(alias: str | None, *, fallback: bool) -> ModelConfig:
-    """The configured model ``alias`` (``None``: the default). An alias a conversation saved
-    that is no longer configured falls back to the default when ``fallback``.
+def _model(alias: str | None, *, asked: Entitlements | None) -> ModelConfig:
+    """The configured model ``alias`` (``None``: the default). ``asked`` is the user's
+    entitlements when the user named the alias; ``None`` for one a conversation saved, which
+    falls back to the default when it is no longer configured.
 
     Raises:
-        ProblemError: ``invalid-request`` for an unknown alias the user asked for.
+        ProblemError: ``invalid-request`` for an unknown alias the user asked for, naming only
+            the aliases the user may use (docs/security.md "Group entitlements").
     """
     registry = conf.get_model_registry()
     try:
         return registry.resolve(alias)
-    except UnknownModelError as exc:
-        if fallback:
+    except UnknownModelError:
+        if asked is None:
             return registry.resolve(None)
-        raise problem_error("invalid-request", str(exc)) from None
+        raise problem_error("invalid-request", unknown_model_detail(alias, asked.allowed_aliases(registry))) from None
 
 
 def _check_text(text: Any) -> str:
@@ -93,12 +96,12 @@ def _prepare(user: Any, save: Save, alias: str | None, new_conversation: bool, a
     """The start's hop (module docstring). Sync: runs in a database thread."""
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
     granted = entitlements_for(user)
-    requested = _model(alias, fallback=False) if alias else None
-    new_model = requested or (_model(granted.default_alias(conf.get_model_registry()), fallback=False)
+    requested = _model(alias, asked=granted) if alias else None
+    new_model = requested or (_model(granted.default_alias(conf.get_model_registry()), asked=granted)
                               if new_conversation else None)
     with transaction.atomic():
         turn = save(model=None if new_model is None else new_model.alias, lease=conf.get_turn_timing().lease)
-        answering = requested or _model(turn.model, fallback=True)
+        answering = requested or _model(turn.model, asked=None)
         granted.check_model(answering.alias)  # refused: the save is rolled back (docs/security.md "Group entitlements")
         refused = answering.refused_input(turn.history)
         if refused is not None:  # before any provider call; the transaction saves nothing
@@ -121,7 +124,7 @@ def _resend(*, user: Any, conversation_id: Any, model: str | None, lease: float)
 def _prepare_resume(user: Any, turn: store.TurnStart) -> TurnPlan:
     budget = TurnBudget.resumed(user, turn_id=turn.turn_id, model=turn.model)
     prompt = store.system_prompt_for(user=user, base=conf.get_system_prompt())
-    return _plan(user, turn, _model(turn.model, fallback=True), prompt, budget, announce=False)
+    return _plan(user, turn, _model(turn.model, asked=None), prompt, budget, announce=False)
 
 
 async def _prepared(hub: TurnHub, prepare: Callable[..., TurnPlan], *args: Any) -> TurnPlan:

@@ -27,7 +27,7 @@ from jxai_app.db import db_call
 from jxai_app.models import ApiToken
 from jxai_app.core.problems import problem_error
 
-__all__ = ["Principal", "authenticate", "token_from_headers", "user_for_token"]
+__all__ = ["CSRF_DETAIL", "Principal", "authenticate", "token_from_headers", "user_for_token"]
 
 LAST_USED_RESOLUTION: Final[timedelta] = timedelta(minutes=1)
 """``ApiToken.last_used_at`` is written at most this often per token (no write per request)."""
@@ -90,6 +90,10 @@ def user_for_token(plaintext: str) -> tuple[Any, int] | None:
     return token.user, token.pk
 
 
+CSRF_DETAIL: Final[str] = "CSRF check failed: reload the page"
+"""The ``detail`` of every CSRF refusal as a problem (here and :mod:`jxai_app.web.csrf`)."""
+
+
 class _CsrfCheck(CsrfViewMiddleware):
     """Django's CSRF rules, answering the failure reason instead of a 403 page."""
 
@@ -125,5 +129,5 @@ async def authenticate(request: HttpRequest) -> Principal:
     if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
         reason = _csrf_failure(request)
         if reason is not None:
-            raise problem_error("forbidden", f"CSRF verification failed: {reason}")
+            raise problem_error("forbidden", f"{CSRF_DETAIL} ({reason})")
     return Principal(user=user, via="session")

@@ -100,7 +100,7 @@ async def test_a_session_needs_csrf_and_a_token_does_not(fake: FakeProvider, use
     refused = await post_chat(client, HELLO)
     assert refused.status_code == 403
     doc = problem_of(refused)
-    assert doc["type"].endswith("/forbidden") and doc["detail"].startswith("CSRF verification failed")
+    assert doc["type"].endswith("/forbidden") and doc["detail"].startswith("CSRF check failed: reload the page")
     secret = _get_new_csrf_string()
     client.cookies["csrftoken"] = secret
     await _ok(await post_chat(client, HELLO, {"X-CSRFToken": secret}))

@@ -124,7 +124,7 @@ BIG_INVALID = b"{" + b" " * 5000  # over the body limit and not JSON either
         ("tools not a list", {"tools": {"a": 1}}, True, 400, "invalid-request", "tools must be an array of objects."),
         ("model not a string", {"model": 7}, True, 400, "invalid-request", "model must be a string"),
         ("unknown model", {"model": "nope"}, True, 400, "invalid-request",
-         "Unknown model 'nope'; configured models: fast, plain."),
+         "Unknown model 'nope'; models you may use: fast, plain."),
         ("tools to a model without tools", {"model": "plain", "tools": [{"type": "function"}]}, True, 501,
          "capability-unavailable", "configured without tool support"),
     ],

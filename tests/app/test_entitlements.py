@@ -24,6 +24,7 @@ from django.test import AsyncClient, Client
 from jxai_app.models import ApiToken, Conversation, GroupEntitlements, Message, UserLimits
 from jxai_app.policy import ratelimit
 from jxai_app.policy.entitlements import entitlements_for, most_generous
+from jxai_app.store.shares import share_create
 from tests.app.turns_support import Tab, hub, provider_registry, text_script  # noqa: F401  (fixtures)
 from tests.support.fake_provider import FakeProvider
 
@@ -170,6 +171,41 @@ async def test_another_model_is_refused_on_every_way_in_before_the_provider(
     assert b"Over HTTP." in b"".join([chunk async for chunk in response.streaming_content])
     assert [r.json["model"] for r in fake.requests] == ["m-big", "m-small", "m-small"]
     await tab.close()
+
+
+@pytest.mark.django_db
+def test_continue_in_my_chat_takes_the_viewers_default_when_their_groups_may_not_use_the_shared_model(
+        intern: Any, other_user: Any, django_user_model: Any, fake: FakeProvider) -> None:
+    """A conversation on ``big`` is shared; the intern alice (only ``small``) gets ``small``,
+    bob, without a group list, keeps ``big`` (docs/data.md "Share links")."""
+    owner = django_user_model.objects.create_user("owner")
+    conversation = Conversation.objects.create(owner=owner, model=BIG, title="on big")
+    Message.objects.create(conversation=conversation, position=0, role="user", content="Hi")
+    _, token = share_create(user=owner, conversation_id=conversation.pk)
+    for viewer, expected in ((intern, SMALL), (other_user, BIG)):
+        client = Client()
+        client.force_login(viewer)
+        answer = client.post(f"/s/{token}/continue")
+        assert answer.status_code == 302, answer.content
+        copy = Conversation.objects.get(owner=viewer)
+        assert answer["Location"] == f"/c/{copy.pk}" and copy.model == expected, viewer
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_unknown_model_refusal_names_only_the_models_the_caller_may_use(
+        intern: Any, fake: FakeProvider, hub: Any) -> None:
+    tab = await Tab(intern).open()
+    await tab.send(type="send", conversationId=None, text="Hi", model="nope")
+    refusal = await tab.until(lambda f: f["type"] == "error")
+    assert refusal["code"] == "invalid-request" and refusal["message"] == "Unknown model 'nope'; models you may use: small."
+    await tab.close()
+    session = AsyncClient()
+    await session.aforce_login(intern)
+    response = await session.post("/ai/chat", data=json.dumps({"messages": [{"role": "user", "content": "Hi"}],
+                                                                "model": "nope"}), content_type="application/json")
+    assert response.status_code == 400
+    assert json.loads(response.content)["detail"] == "Unknown model 'nope'; models you may use: small."
+    assert fake.requests == []
 
 
 # -- admin and the command -----------------------------------------------------------------

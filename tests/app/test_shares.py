@@ -4,8 +4,10 @@ chats") on the real database, through the store and Django's test client."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import secrets
+import zipfile
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +19,8 @@ from django.utils import timezone
 from jxai_app import store
 from jxai_app.core.errors import ProblemError
 from jxai_app.models import Conversation, ConversationStatus, Message, ShareLink, ToolCall
+from jxai_app.store.dataimport import data_import
+from jxai_app.store.export import export_zip
 from jxai_app.store.shares import share_continue, share_create, share_open, share_revoke, share_update
 from jxai_app.store.temporary import temporary_chats_purge
 from tests.app.store_support import TurnFeed
@@ -174,7 +178,7 @@ def test_another_conversation_is_never_reachable_through_a_share(user: Any, othe
     assert mallory.post("/shares", {"conversationId": str(private.pk)}, content_type="application/json").status_code == 404
     assert mallory.post(f"/shares/{link.pk}/revoke").status_code == 404
     assert mallory.get("/shares").json()["shares"] == []
-    share_continue(token=token, viewer=other_user)
+    share_continue(token=token, viewer=other_user, model_for=str)
     copy = Conversation.objects.get(owner=other_user)
     with pytest.raises(ProblemError):
         store.conversation_get(user=other_user, conversation_id=shared.pk)
@@ -258,3 +262,36 @@ def test_the_purge_removes_idle_temporary_chats_but_never_a_running_or_waiting_o
     assert not Message.objects.filter(conversation_id=idle.pk).exists()
     assert not ToolCall.objects.filter(message__conversation_id=idle.pk).exists()
     assert temporary_chats_purge(hours=1, now=timezone.now() + timedelta(hours=2)) == []
+
+
+def test_a_temporary_chat_cannot_be_shared(user: Any) -> None:
+    temporary = _answer(user, None, "just between us", "ok").conversation
+    Conversation.objects.filter(pk=temporary.pk).update(temporary=True)
+    with pytest.raises(ProblemError) as refused:
+        share_create(user=user, conversation_id=temporary.pk)
+    assert refused.value.problem["status"] == 409
+    answer = _client(user).post("/shares", {"conversationId": str(temporary.pk)}, content_type="application/json")
+    assert answer.status_code == 409 and answer["Content-Type"] == "application/problem+json"
+    assert "temporary chat cannot be shared" in answer.json()["detail"]
+    assert not ShareLink.objects.exists()
+
+
+def test_a_temporary_chat_is_exported_marked_and_imported_still_temporary(user: Any, other_user: Any,
+                                                                           settings: Any) -> None:
+    temporary = _answer(user, None, "fleeting", "ok").conversation
+    Conversation.objects.filter(pk=temporary.pk).update(temporary=True)
+    kept = _answer(user, None, "lasting", "ok").conversation
+    exported = b"".join(export_zip(user))
+    archive = zipfile.ZipFile(io.BytesIO(exported))
+    marks = {pk: json.loads(archive.read(f"conversations/{pk}/conversation.json"))["temporary"]
+             for pk in (temporary.pk, kept.pk)}
+    assert marks == {temporary.pk: True, kept.pk: False}
+
+    report = data_import(user=other_user, data=exported)
+    imported = {c.title: c for c in Conversation.objects.filter(pk__in=[i["id"] for i in report.imported])}
+    assert imported["fleeting"].temporary and not imported["lasting"].temporary
+    assert list(store.conversation_list(user=other_user)) == [imported["lasting"]]
+    settings.JXAI_TEMPORARY_CHAT_HOURS = 24
+    purged = temporary_chats_purge(now=timezone.now() + timedelta(hours=25))
+    assert set(purged) == {temporary.pk, imported["fleeting"].pk}
+    assert Conversation.objects.filter(pk=imported["lasting"].pk).exists()

@@ -219,3 +219,24 @@ def test_password_sign_ins_and_token_issue_are_audited(client: Client, settings:
     assert admin.get("/admin/jxai_app/signinevent/add/").status_code == 403
     event = SignInEvent.objects.first()
     assert admin.post(f"/admin/jxai_app/signinevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_an_account_made_by_sign_in_deletes_itself_by_typing_its_username(idp: OidcProvider, client: Client) -> None:
+    """It has no usable password to type (docs/data.md "Erasure"): the page asks for the username."""
+    idp.add_user("olga", email="olga@example.org", groups=[])
+    assert sign_in(client, idp, "olga").status_code == 302
+    olga = User.objects.get(username="olga")
+    page = client.get("/")
+    assert page.context["initial"]["deleteConfirm"] == "username"
+    assert b'name="username"' in page.content and b'type="password" id="delete-account-confirm"' not in page.content
+
+    def delete(body: dict[str, str]) -> Any:
+        return client.post("/account/delete", body, content_type="application/json")
+
+    for wrong in ({"password": ""}, {"password": "anything"}, {"username": "OLGA"}, {"username": "someone"}):
+        answer = delete(wrong)
+        assert answer.status_code == 403 and "your username" in answer.json()["detail"], wrong
+    assert User.objects.filter(pk=olga.pk).exists()
+    answer = delete({"username": "olga"})
+    assert answer.status_code == 200 and answer.json() == {"deleted": True}
+    assert not User.objects.filter(pk=olga.pk).exists() and client.get("/").status_code == 302

@@ -395,6 +395,30 @@ def test_signed_out_import_or_delete_is_an_unauthorized_problem_not_the_login_pa
     assert get_user_model().objects.filter(pk=user.pk).exists()
 
 
+def test_a_csrf_failure_is_a_problem_for_the_page_s_json_calls_and_django_s_page_for_forms(user: Any) -> None:
+    """docs/security.md, threat 8: the page's fetch calls read a problem; a form keeps Django's page."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    token = str(uuid.uuid4())
+    calls = [("/shares", {"content_type": "application/json", "data": "{}"}),
+             (f"/shares/{token}/revoke", {}),
+             ("/data/import", {"data": {"file": SimpleUploadedFile("x.json", b"[]")}}),
+             ("/account/delete", {"content_type": "application/json", "data": "{}"}),
+             ("/ai/attachments", {"data": {"file": SimpleUploadedFile("a.txt", b"hi")}}),
+             ("/s/some-token/continue", {"headers": {"Accept": "application/json"}}),
+             ("/s/some-token/continue", {"data": {"x": "1"}, "headers": {"Sec-Fetch-Mode": "cors"}})]
+    for path, options in calls:
+        response = client.post(path, **options)
+        assert response.status_code == 403 and response["Content-Type"] == "application/problem+json", path
+        body = response.json()
+        assert body["title"] == "Forbidden" and body["detail"].startswith("CSRF check failed: reload the page"), path
+    for path, headers in (("/accounts/logout/", {}), ("/s/some-token/continue", {"Sec-Fetch-Mode": "navigate"})):
+        page = client.post(path, {"x": "1"}, headers=headers)
+        assert page.status_code == 403 and page["Content-Type"].startswith("text/html"), path
+        assert b"CSRF verification failed" in page.content
+    assert get_user_model().objects.filter(pk=user.pk).exists() and client.get("/").status_code == 200
+
+
 def test_delete_my_account_leaves_no_row_of_the_user_and_the_ledger_totals(user: Any, other_user: Any) -> None:
     conversation = _build(user)
     _build(other_user)

@@ -2,10 +2,12 @@
 a conversation with a tool call and a hostile answer, another user opens the read-only page
 (the security suite's payloads inert there too), continues it in their own chat, the owner
 revokes the link and it answers the 404 of a token that never existed; then a temporary chat
-stays out of the owner's list."""
+stays out of the owner's list, is marked in its header and offers no Share; the dialog's Copy
+button and the Settings list's dates."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -28,6 +30,10 @@ def _share(owner: BrowserPage) -> str:
     link.wait_for()
     url = str(link.inner_text())
     assert page.get_by_test_id("share-create").is_disabled(), "a second press would make a second link"
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.get_by_test_id("share-copy").click()
+    page.get_by_text("Link copied to the clipboard").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == url
     page.locator("#share-close").click()
     return url
 
@@ -82,6 +88,9 @@ def test_share_view_continue_revoke_and_a_temporary_chat(logged_in: Any, fake_ll
     ask_for_echo(viewer, "carry on")                 # the copy is the viewer's own conversation
 
     owner.page.get_by_test_id("open-settings").click()
+    # Dates as on the share page: day month year, 24-hour clock, no seconds.
+    listed = str(owner.page.locator("[data-testid=share-item] .dialog-help").inner_text())
+    assert re.search(r"shared \d{1,2} [A-Z][a-z]{2} \d{4}, \d{2}:\d{2} [^\d:]", listed), listed
     owner.page.get_by_test_id("share-revoke").click()
     owner.page.locator("#share-list-empty").wait_for()
     owner.page.keyboard.press("Escape")
@@ -97,5 +106,11 @@ def test_share_view_continue_revoke_and_a_temporary_chat(logged_in: Any, fake_ll
     assert temporary.temporary and not Conversation.objects.get(pk=shared_id).temporary
     assert owner.page.get_by_test_id("conversation-link").count() == listed
     assert owner.page.get_by_test_id("temporary-chat").is_hidden()
+    # The open temporary chat says so in its header, and offers no Share (the server refuses it too).
+    owner.page.get_by_test_id("temporary-marker").wait_for()
+    assert owner.page.get_by_test_id("share").is_hidden() and owner.page.get_by_test_id("rename").is_visible()
+    owner.page.reload()
+    owner.page.get_by_test_id("temporary-marker").wait_for()
+    assert owner.page.get_by_test_id("share").is_hidden()
     # Console errors are expected here: the CSP reports the handlers it blocked in the hostile answers.
     assert owner.errors == [] and viewer.errors == []

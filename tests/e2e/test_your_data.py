@@ -38,7 +38,7 @@ def test_download_import_and_delete_my_account_through_settings(logged_in: Any, 
     assert [m["content"] for m in tree["messages"] if m["role"] == "user"] == ["hello export"]
 
     page.get_by_test_id("import-data").set_input_files(str(archive_path))
-    expect(page.locator("#import-status")).to_have_text("Imported 1 conversation(s).")
+    expect(page.locator("#import-status")).to_have_text("Imported 1 conversation.")
     expect(page.get_by_test_id("conversation-link").filter(has_text="hello export")).to_have_count(2)
     assert Conversation.objects.filter(owner=user).count() == 2
     # A report with skipped conversations on a phone: one entry per skipped conversation,
@@ -48,19 +48,21 @@ def test_download_import_and_delete_my_account_through_settings(logged_in: Any, 
     loop = {"title": "Loop" + "o" * 150, "mapping": {"a": {"parent": "b", "message": message},
                                                      "b": {"parent": "a", "message": message}}}
     mixed = tmp_path / "conversations.json"
-    mixed.write_text(json.dumps([{"title": "Fine", "mapping": {"a": {"parent": None, "message": message}}}, loop,
+    fine = {"mapping": {"a": {"parent": None, "message": message}}}
+    mixed.write_text(json.dumps([{"title": "Fine", **fine}, {"title": "Fine too", **fine}, loop,
                                  {"title": "Bad time", "create_time": "yesterday", "mapping": {}}]))
     page.get_by_test_id("import-data").set_input_files(str(mixed))
     status = page.locator("#import-status")
     expect(status).to_contain_text("Skipped 2:")
+    assert status.inner_text().startswith("Imported 2 conversations. Skipped 2:")
     assert status.inner_text().endswith("its messages form a cycle · Bad time: the time 'yesterday' cannot be read")
     assert status.evaluate("e => e.scrollWidth <= e.clientWidth")
     page.set_viewport_size({"width": 1280, "height": 820})
 
-    page.locator("#delete-account-password").fill("not my password")
+    page.locator("[data-testid=delete-account-confirm]").fill("not my password")
     page.get_by_test_id("delete-account").click()
     expect(page.locator("#delete-account-status")).to_contain_text("not your password")
-    page.locator("#delete-account-password").fill(PASSWORD)
+    page.locator("[data-testid=delete-account-confirm]").fill(PASSWORD)
     page.get_by_test_id("delete-account").click()
     page.wait_for_url("**/accounts/login/")
     assert not get_user_model().objects.filter(pk=user.pk).exists() and not Conversation.objects.exists()

@@ -22,7 +22,7 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   app: $("app"), list: $("conversation-list"), loadMore: $("load-more"), newChat: $("new-conversation"),
   toggle: $("toggle-sidebar"),
-  title: $("conversation-title"), renameButton: $("rename"), deleteButton: $("delete"),
+  title: $("conversation-title"), temporaryMarker: $("temporary-marker"), renameButton: $("rename"), deleteButton: $("delete"),
   renameForm: $("rename-form"), renameInput: $("rename-input"), renameCancel: $("rename-cancel"),
   connection: $("connection"), saving: $("saving"), error: $("error"), errorText: $("error-text"), retry: $("retry"),
   dismiss: $("dismiss-error"), transcript: $("transcript"), empty: $("empty-state"), form: $("composer-form"),
@@ -34,7 +34,7 @@ const ui = {
     cancel: $("settings-cancel"), save: $("settings-save"), saved: $("settings-saved") },
   share: { open: $("share"), dialog: $("share-dialog"), form: $("share-form"), scope: $("share-scope"),
     groups: $("share-groups"), expiry: $("share-expiry"), status: $("share-status"), link: $("share-link"),
-    close: $("share-close"), create: $("share-create") },
+    linkRow: $("share-link-row"), copy: $("share-copy"), close: $("share-close"), create: $("share-create") },
   temporary: $("temporary-chat"), temporaryToggle: $("temporary-toggle"),
 };
 
@@ -95,7 +95,7 @@ new ShareDialog(ui.share, { current: () => state.currentId });
 const shareList = new ShareList({ list: $("share-list"), empty: $("share-list-empty") });
 ui.settings.open.addEventListener("click", () => shareList.load());
 new DataControls({ importInput: $("import-data"), importStatus: $("import-status"), deleteForm: $("delete-account-form"),
-  password: $("delete-account-password"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
+  confirm: $("delete-account-confirm"), deleteButton: $("delete-account"), deleteStatus: $("delete-account-status") }, {
   importUrl: initial.dataUrls.import, deleteUrl: initial.dataUrls.deleteAccount, loginUrl: initial.dataUrls.login,
   onImported: () => conversations.ask(null),
   announce: (text) => announce(text),
@@ -287,8 +287,10 @@ function removeConversation(conversationId) {
 }
 
 function renderHeader() {
-  header.render(state.currentId ? conversations.get(state.currentId) : null);
-  ui.share.open.hidden = !state.currentId;
+  const current = state.currentId ? conversations.get(state.currentId) : null;
+  header.render(current);
+  // A temporary chat is never shared (docs/data.md "Temporary chats"); the server refuses it too.
+  ui.share.open.hidden = !state.currentId || Boolean(current && current.temporary);
   ui.temporaryToggle.hidden = Boolean(state.currentId); // a new chat only (docs/data.md "Temporary chats")
 }
 

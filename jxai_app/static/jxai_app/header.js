@@ -1,5 +1,5 @@
 // jxai chat page: what the page shows about the open conversation outside the transcript.
-// The top bar (title, Rename, Delete) and the composer's meta line (model picker, token
+// The top bar (title, the temporary chat marker, Rename, Delete) and the composer's meta line (model picker, token
 // count, context warning), docs/architecture.md "The chat page".
 
 import { el } from "./render.js";
@@ -7,7 +7,7 @@ import { el } from "./render.js";
 /**
  * The open conversation's title, rename/delete controls, model picker and token count.
  *
- * `ui` holds the elements: title, renameButton, deleteButton, renameForm, renameInput,
+ * `ui` holds the elements: title, temporaryMarker, renameButton, deleteButton, renameForm, renameInput,
  * renameCancel, model, tokens, warning. Options: models ([{alias, label}]), defaultModel
  * (alias), onRename(title) and onDelete() act on the conversation last rendered.
  */
@@ -52,6 +52,7 @@ export class Header {
     const title = conversation ? conversation.title || "Untitled" : "New chat";
     ui.title.textContent = title;
     document.title = `${title} · jxai`;
+    ui.temporaryMarker.hidden = !(conversation && conversation.temporary);
     ui.renameButton.hidden = !conversation;
     ui.deleteButton.hidden = !conversation;
     const shownFor = conversation ? conversation.id : null;

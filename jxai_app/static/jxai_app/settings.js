@@ -103,9 +103,10 @@ async function problemText(response) {
 
 /**
  * Your data, in the settings dialog (docs/data.md): "Download my data" is a plain link; the
- * import sends the chosen file to `importUrl`; "Delete my account" posts the password to
- * `deleteUrl` and, once done, leaves for the login page.
- * `ui`: {importInput, importStatus, deleteForm, password, deleteButton, deleteStatus}.
+ * import sends the chosen file to `importUrl`; "Delete my account" posts what its field asks
+ * (the password, or the username for an account without one: the field's `name`, chosen by the
+ * server, docs/data.md "Erasure") to `deleteUrl` and, once done, leaves for the login page.
+ * `ui`: {importInput, importStatus, deleteForm, confirm, deleteButton, deleteStatus}.
  * Options: importUrl, deleteUrl, loginUrl, onImported() (refresh the list), announce(text).
  */
 export class DataControls {
@@ -127,7 +128,8 @@ export class DataControls {
         const report = await response.json();
         const skipped = report.skipped.map((s) => `${s.title || `#${s.index + 1}`}: ${s.reason}`);
         const files = report.skipped_attachments.map((s) => `${s.name || "a file"}: ${s.reason}`);
-        const text = `Imported ${report.imported.length} conversation(s).`
+        const count = report.imported.length;
+        const text = `Imported ${count} ${count === 1 ? "conversation" : "conversations"}.`
           + (skipped.length ? ` Skipped ${skipped.length}: ${skipped.join(" · ")}` : "")
           + (files.length ? ` Files left out (their messages kept) ${files.length}: ${files.join(" · ")}` : "");
         show(ui.importStatus, text, skipped.length + files.length > 0);
@@ -147,7 +149,7 @@ export class DataControls {
       try {
         const response = await fetch(deleteUrl, {
           method: "POST", headers: { "X-CSRFToken": csrfToken(), "Content-Type": "application/json" },
-          body: JSON.stringify({ password: ui.password.value }),
+          body: JSON.stringify({ [ui.confirm.name]: ui.confirm.value }),
         });
         if (response.ok) {
           window.location.assign(loginUrl);

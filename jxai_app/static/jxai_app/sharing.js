@@ -24,12 +24,16 @@ async function call(url, { method = "GET", body } = {}) {
   return data;
 }
 
+// Day month year, 24-hour clock, no seconds: the share page's own format ("2 Dec 2026, 14:05 UTC").
+const DATE_TIME = new Intl.DateTimeFormat("en-GB", { day: "numeric", month: "short", year: "numeric",
+  hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short" });
+
 function when(iso) {
-  return iso ? new Date(iso).toLocaleString() : "never";
+  return iso ? DATE_TIME.format(new Date(iso)) : "never";
 }
 
 /**
- * The Share dialog. `ui`: {open, dialog, form, scope, groups, expiry, status, link, close, create}.
+ * The Share dialog. `ui`: {open, dialog, form, scope, groups, expiry, status, link, linkRow, copy, close, create}.
  * Options: current() is the open conversation's id.
  */
 export class ShareDialog {
@@ -38,6 +42,7 @@ export class ShareDialog {
     this.current = current;
     ui.open.addEventListener("click", () => this.open());
     ui.close.addEventListener("click", () => ui.dialog.close());
+    ui.copy.addEventListener("click", () => this.copy());
     ui.scope.addEventListener("change", () => { ui.groups.hidden = ui.scope.value !== "groups"; });
     ui.form.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -47,7 +52,7 @@ export class ShareDialog {
 
   async open() {
     const ui = this.ui;
-    ui.link.hidden = true;
+    ui.linkRow.hidden = true;
     ui.link.textContent = "";
     ui.create.disabled = true;
     this.status("Loading…");
@@ -87,12 +92,23 @@ export class ShareDialog {
     try {
       const share = await call("/shares", { method: "POST", body });
       ui.link.textContent = share.url;
-      ui.link.hidden = false;
+      ui.linkRow.hidden = false;
       // Stays disabled until the dialog opens again: a second press would make a second link.
       this.status("Link created. Copy it now: it is shown only once.");
+      ui.copy.focus();
     } catch (error) {
       this.status(error.message, true);
       ui.create.disabled = false;
+    }
+  }
+
+  /** Copy the link to the clipboard; where the browser refuses, the link stays selectable. */
+  async copy() {
+    try {
+      await navigator.clipboard.writeText(this.ui.link.textContent);
+      this.status("Link copied to the clipboard. It is shown only once.");
+    } catch {
+      this.status("The browser did not allow copying: select the link and copy it by hand.", true);
     }
   }
 

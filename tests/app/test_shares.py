@@ -287,7 +287,7 @@ def test_a_temporary_chat_is_exported_marked_and_imported_still_temporary(user: 
              for pk in (temporary.pk, kept.pk)}
     assert marks == {temporary.pk: True, kept.pk: False}
 
-    report = data_import(user=other_user, data=exported)
+    report = data_import(user=other_user, data=exported, quota=None)
     imported = {c.title: c for c in Conversation.objects.filter(pk__in=[i["id"] for i in report.imported])}
     assert imported["fleeting"].temporary and not imported["lasting"].temporary
     assert list(store.conversation_list(user=other_user)) == [imported["lasting"]]

@@ -125,7 +125,8 @@ def _resume(conversation: Conversation, calls: list[ToolCall], *, timeout: float
     last = turn_ids[-1]
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=Message.objects.get(pk=question),
                      user_siblings=tree.siblings(question), assistant_message_id=None,
-                     assistant_position=positions[turn_ids[0]], history=to_messages(conversation, files=takes_files(conversation.model)), created=False,
+                     assistant_position=positions[turn_ids[0]],
+                     history=to_messages(conversation, files=takes_files(conversation.model)), created=False,
                      resumed_after=last, resumed_after_position=positions[last],
                      decisions=tuple(_decision(c, timeout) for c in calls), prior_calls=_prior_calls(turn_ids))
 

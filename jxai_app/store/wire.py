@@ -57,7 +57,8 @@ def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None, *
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     if role == MessageRole.USER:
         attached = list(message.attachments.all())
-        return {"role": role, "content": content_parts(message.content, attached, files=files) if attached else message.content}
+        content = content_parts(message.content, attached, files=files) if attached else message.content
+        return {"role": role, "content": content}
     if role != MessageRole.ASSISTANT:
         return {"role": role, "content": message.content}
     calls = list(message.tool_calls.all()) if calls is None else list(calls)

@@ -27,7 +27,8 @@ def _file(file_data: str) -> dict[str, object]:
 
 def test_a_pdf_file_part_counts_per_page_and_an_image_part_once() -> None:
     url = _pdf(3)
-    message = {"role": "user", "content": [_file(url), {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    message = {"role": "user", "content": [_file(url), image]}
     rest = {"role": "user", "content": [None, None]}
     assert estimate_tokens([message]) == estimate_tokens([rest]) + 3 * PDF_PAGE_TOKENS + IMAGE_TOKENS
 

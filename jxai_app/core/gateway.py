@@ -45,7 +45,7 @@ from jxai_app.core.streaming.guarded import guarded
 from jxai_app.core.streaming.openai import OpenAIChatClient
 from jxai_app.core.streaming.retry import RetryPolicy
 from jxai_app.core.streaming.usage import reached_provider
-from jxai_app.core.tokens import IMAGE_TOKENS, tokens_for_chars, without_images
+from jxai_app.core.tokens import tokens_for_chars, without_media
 from jxai_app.core.unicode import first_unclean_path, is_clean
 
 __all__ = [
@@ -393,12 +393,13 @@ class StreamOutcome:
 
 def prompt_estimate(chat: ChatRequest) -> int:
     """The request's prompt in tokens, estimated: characters of the system prompt, the
-    messages' and tools' JSON, / 4 rounded up, plus ``IMAGE_TOKENS`` per image part (the quota's reservation and the usage of a
+    messages' and tools' JSON, / 4 rounded up, plus the image and PDF parts' tokens
+    (:func:`~jxai_app.core.tokens.without_media`; the quota's reservation and the usage of a
     stream whose provider reported none; docs/security.md "Quota reservations")."""
-    messages, images = without_images(chat.messages)
+    messages, media = without_media(chat.messages)
     chars = len(chat.system_prompt) + sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) + \
         (len(json.dumps(chat.tools, ensure_ascii=False)) if chat.tools else 0)
-    return tokens_for_chars(chars) + images * IMAGE_TOKENS
+    return tokens_for_chars(chars) + media
 
 
 def _produced_chars(event: StreamEvent) -> int:

@@ -220,16 +220,16 @@ class ModelConfig:
 
     def refused_input(self, messages: list[dict[str, Any]]) -> str | None:
         """Why ``messages`` (OpenAI wire) cannot go to this model, or ``None`` when they can:
-        an ``image_url`` part for a model whose ``input`` lacks ``"image"`` (docs/attachments.md
-        "Model input")."""
-        if self.takes("image"):
-            return None
-        for message in messages:
-            content = message.get("content")
-            if isinstance(content, list) and any(
-                    isinstance(part, dict) and part.get("type") == "image_url" for part in content):
-                return (f"The model {self.label or self.alias} ({self.alias}) takes text only, not images; "
-                        "pick a model that takes images, or remove the image.")
+        an ``image_url`` part for a model whose ``input`` lacks ``"image"``, a ``file`` part for
+        one whose ``input`` lacks ``"file"`` (docs/attachments.md "Model input")."""
+        sent = {part.get("type") for message in messages if isinstance(message.get("content"), list)
+                for part in message["content"] if isinstance(part, dict)}
+        name = f"{self.label or self.alias} ({self.alias})"
+        if "image_url" in sent and not self.takes("image"):
+            return (f"The model {name} takes text only, not images; "
+                    "pick a model that takes images, or remove the image.")
+        if "file" in sent and not self.takes("file"):
+            return f"The model {name} takes no file parts; send the file's text, or pick a model that takes files."
         return None
 
 

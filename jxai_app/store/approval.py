@@ -32,7 +32,7 @@ from jxai_app.models import ApprovalState, Conversation, ConversationStatus, Mes
 from jxai_app.store.branches import Tree
 from jxai_app.store.common import bounded_text, get_owned
 from jxai_app.store.turn import TurnStart, tool_result_insert
-from jxai_app.store.wire import to_messages
+from jxai_app.store.wire import takes_files, to_messages
 
 __all__ = [
     "STOPPED_REASON", "Decided", "approval_decide", "approvals_expire", "approvals_stop", "denial_text",
@@ -125,7 +125,8 @@ def _resume(conversation: Conversation, calls: list[ToolCall], *, timeout: float
     last = turn_ids[-1]
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=Message.objects.get(pk=question),
                      user_siblings=tree.siblings(question), assistant_message_id=None,
-                     assistant_position=positions[turn_ids[0]], history=to_messages(conversation), created=False,
+                     assistant_position=positions[turn_ids[0]],
+                     history=to_messages(conversation, files=takes_files(conversation.model)), created=False,
                      resumed_after=last, resumed_after_position=positions[last],
                      decisions=tuple(_decision(c, timeout) for c in calls), prior_calls=_prior_calls(turn_ids))
 

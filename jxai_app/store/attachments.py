@@ -316,14 +316,18 @@ def data_url(attachment: Attachment) -> str:
     return f"data:{attachment.media_type};base64,{base64.b64encode(attachment_bytes(attachment)).decode('ascii')}"
 
 
-def content_parts(text: str, attachments: Sequence[Attachment]) -> list[dict[str, Any]]:
+def content_parts(text: str, attachments: Sequence[Attachment], *, files: bool = False) -> list[dict[str, Any]]:
     """A user message's OpenAI content parts (docs/attachments.md "What the model gets"): its
-    text, then per attachment an ``image_url`` part with the image's data URL, or a ``text``
-    part holding a document's name and extracted text."""
+    text, then per attachment an ``image_url`` part with the image's data URL; with ``files``
+    (the model's ``input`` holds ``"file"``) a PDF as a ``file`` part
+    ``{"type": "file", "file": {"filename", "file_data": <data URL>}}``; any other document as
+    a ``text`` part holding its name and extracted text."""
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     for attachment in attachments:
         if attachment.is_image:
             parts.append({"type": "image_url", "image_url": {"url": data_url(attachment)}})
+        elif files and attachment.media_type == "application/pdf":
+            parts.append({"type": "file", "file": {"filename": attachment.name, "file_data": data_url(attachment)}})
         else:
             parts.append({"type": "text", "text": f'<file name="{attachment.name}" type="{attachment.media_type}">\n'
                                                   f'{attachment.text}\n</file>'})

@@ -37,7 +37,7 @@ from jxai_app.store.branches import ONLY_CHILD, Siblings, Tree, path_messages
 from jxai_app.store.common import LEASE_SECONDS, conflict, get_owned, invalid, message_not_found, title_from
 from jxai_app.store.recovery import Recovered, lease_lapsed, turn_abandon
 from jxai_app.store.usage import estimate_tokens
-from jxai_app.store.wire import messages_to_wire
+from jxai_app.store.wire import messages_to_wire, takes_files
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,7 +221,7 @@ def message_send(
                           ids=[a.pk for a in kept] if attachments is None else attachments)
         placeholder = _placeholder(conversation, user_message, position + 1, model)
         _claim(conversation, claimable, placeholder, text, model, turn_id)
-    history = messages_to_wire([*earlier, user_message])
+    history = messages_to_wire([*earlier, user_message], files=takes_files(conversation.model))
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=user_message,
                      user_siblings=_newest(tree.children.get(parent_id, [])),
                      assistant_message_id=placeholder.pk, assistant_position=placeholder.position,
@@ -257,9 +257,9 @@ def answer_regenerate(
         earlier = path_messages(tree.path(question_id))
         question = earlier[-1]
         turn_id = uuid.uuid4()
-        history = messages_to_wire(earlier)
         placeholder = _placeholder(conversation, question, tree.next_position, model)
         _claim(conversation, claimable, placeholder, question.content, model, turn_id)
+        history = messages_to_wire(earlier, files=takes_files(conversation.model))
     return TurnStart(conversation=conversation, turn_id=turn_id, user_message=question,
                      user_siblings=tree.siblings(question_id), assistant_message_id=placeholder.pk,
                      assistant_position=placeholder.position, history=history, created=False,

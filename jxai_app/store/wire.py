@@ -4,7 +4,8 @@
 
     user / system  {"role", "content"}
                    a user message with attachments: content is a list of OpenAI content
-                   parts (text, image_url data URLs, documents as text; docs/attachments.md)
+                   parts (text, image_url data URLs, documents as text, or a PDF as a
+                   file part for a model that takes files; docs/attachments.md)
     assistant      {"role", "content"[, "reasoning_content"][, "tool_calls"]}
                    content is null when it wrote nothing but made calls
                    tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
@@ -20,22 +21,35 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from jxai_app import conf
+from jxai_app.core.errors import UnknownModelError
 from jxai_app.models import Conversation, Message, MessageRole, MessageStatus, ToolCall
 from jxai_app.store.attachments import content_parts
 from jxai_app.store.branches import active_path
 from jxai_app.store.common import with_tool_calls
 from jxai_app.store.feedback import feedback_export
 
-__all__ = ["approvals_audit", "conversations_export", "message_to_wire", "messages_to_wire", "to_messages",
-           "with_tool_calls"]
+__all__ = ["approvals_audit", "conversations_export", "message_to_wire", "messages_to_wire", "takes_files",
+           "to_messages", "with_tool_calls"]
 
 
-def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -> dict[str, Any] | None:
+def takes_files(alias: str) -> bool:
+    """Whether the registry's model ``alias`` takes provider file parts (its ``input`` holds
+    ``"file"``; docs/attachments.md "Model input"); ``False`` for an unknown alias."""
+    try:
+        return conf.get_model_registry().resolve(alias).takes("file")
+    except UnknownModelError:
+        return False
+
+
+def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None, *,
+                    files: bool = False) -> dict[str, Any] | None:
     """One saved message in wire shape, or ``None`` when it is left out (see module doc).
 
     ``calls``: the message's tool calls in call order when already read (default: its
     ``tool_calls``, prefetched or not). A user message's attachments are read from its
-    ``attachments`` (prefetch them: :func:`with_tool_calls`), their images from storage."""
+    ``attachments`` (prefetch them: :func:`with_tool_calls`), their images from storage;
+    ``files``: PDFs go as file parts, not as their text (:func:`takes_files`)."""
     if message.status == MessageStatus.STREAMING:
         return None
     role = message.role
@@ -43,7 +57,8 @@ def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     if role == MessageRole.USER:
         attached = list(message.attachments.all())
-        return {"role": role, "content": content_parts(message.content, attached) if attached else message.content}
+        content = content_parts(message.content, attached, files=files) if attached else message.content
+        return {"role": role, "content": content}
     if role != MessageRole.ASSISTANT:
         return {"role": role, "content": message.content}
     calls = list(message.tool_calls.all()) if calls is None else list(calls)
@@ -61,25 +76,27 @@ def message_to_wire(message: Message, calls: Sequence[ToolCall] | None = None) -
     return entry
 
 
-def messages_to_wire(messages: Iterable[Message],
-                     calls: Mapping[int, Sequence[ToolCall]] | None = None) -> list[dict[str, Any]]:
+def messages_to_wire(messages: Iterable[Message], calls: Mapping[int, Sequence[ToolCall]] | None = None, *,
+                     files: bool = False) -> list[dict[str, Any]]:
     """Wire list for already-loaded messages in position order (prefetch their calls, or
-    pass them: ``calls`` maps a message's pk to its calls in call order)."""
+    pass them: ``calls`` maps a message's pk to its calls in call order; ``files``: as for
+    :func:`message_to_wire`)."""
     if calls is None:
-        entries = (message_to_wire(message) for message in messages)
+        entries = (message_to_wire(message, files=files) for message in messages)
     else:
-        entries = (message_to_wire(message, calls.get(message.pk, ())) for message in messages)
+        entries = (message_to_wire(message, calls.get(message.pk, ()), files=files) for message in messages)
     return [entry for entry in entries if entry is not None]
 
 
-def to_messages(conversation: Conversation) -> list[dict[str, Any]]:
+def to_messages(conversation: Conversation, *, files: bool = False) -> list[dict[str, Any]]:
     """The conversation's active path as OpenAI wire messages, ready for the next request
-    (docs/store.md "Branches": other branches are never sent).
+    (docs/store.md "Branches": other branches are never sent; ``files``: as for
+    :func:`message_to_wire`).
 
     The caller has already checked ownership (get the conversation through
     :func:`~jxai_app.store.conversation_get`). Three queries, no writes.
     """
-    return messages_to_wire(active_path(conversation).messages)
+    return messages_to_wire(active_path(conversation).messages, files=files)
 
 
 def approvals_audit(conversation: Conversation) -> list[dict[str, Any]]:

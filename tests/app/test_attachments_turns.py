@@ -29,39 +29,53 @@ def _upload(user: Any, name: str, data: bytes) -> Any:
 def _registry(kind: str) -> Callable[[str], dict[str, Any]]:
     def build(url: str) -> dict[str, Any]:
         return {"providers": {"p": {"kind": kind, "base_url": url, "api_key_env": None}},
-                "models": {"vision": {"provider": "p", "model_id": "m", "context_window": 100000}}}
+                "models": {"vision": {"provider": "p", "model_id": "m", "context_window": 100000},
+                           "reader": {"provider": "p", "model_id": "m", "context_window": 100000,
+                                      "input": ["text", "image", "file"]}}}
     return build
 
 
-
+PDF = pdf("Total due 42 EUR")
+PDF_URL = f"data:application/pdf;base64,{base64.b64encode(PDF).decode('ascii')}"
 FORMATS = {
-    # kind: (an answer in its stream format, the user message's content parts as the provider gets them)
+    # kind: (an answer in its stream format, the user message's content parts as the provider gets them,
+    #        for "reader" (a PDF as the provider's file part), then the part the PDF's text becomes for "vision")
     "openai": (lambda: text_script(["Red."]), lambda body: body["messages"][-1]["content"],
                [{"type": "text", "text": "What colour?"},
-                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}}]),
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}},
+                {"type": "file", "file": {"filename": "total.pdf", "file_data": PDF_URL}}], "text"),
     "anthropic": (lambda: Script(writes=anthropic_text_stream(["Red."])), lambda body: body["messages"][-1]["content"],
                   [{"type": "text", "text": "What colour?"},
-                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}}]),
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
+                   {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                   "data": PDF_URL.split(",", 1)[1]}}], "text"),
     "openai-responses": (lambda: Script(writes=responses_text_stream(["Red."])),
                          lambda body: body["input"][-1]["content"],
                          [{"type": "input_text", "text": "What colour?"},
-                          {"type": "input_image", "image_url": f"data:image/png;base64,{B64}"}]),
+                          {"type": "input_image", "image_url": f"data:image/png;base64,{B64}"},
+                          {"type": "input_file", "filename": "total.pdf", "file_data": PDF_URL}], "input_text"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(FORMATS))
-async def test_the_provider_gets_the_uploaded_png_exactly(kind: str, user: Any, settings: Any, media_root: Any,
-                                                          hub: Any) -> None:
-    answer, content_of, expected = FORMATS[kind]
+async def test_the_provider_gets_the_uploaded_png_and_pdf_exactly(kind: str, user: Any, settings: Any,
+                                                                  media_root: Any, hub: Any) -> None:
+    answer, content_of, expected, text_type = FORMATS[kind]
     with provider_registry(settings, _registry(kind)) as provider:
-        provider.add(answer())
-        image = await _upload(user, "colour.png", PNG)
         tab = await Tab(user).open()
-        await tab.send(type="send", conversationId=None, text="What colour?", attachments=[str(image.pk)])
-        await tab.until_event("turn_end", timeout=15)
+        for model in ("reader", "vision"):  # "vision" lacks "file": the same PDF goes as its text
+            provider.add(answer())
+            files = [await _upload(user, "colour.png", PNG), await _upload(user, "total.pdf", PDF)]
+            await tab.send(type="send", conversationId=None, text="What colour?", model=model,
+                           attachments=[str(f.pk) for f in files])
+            await tab.until_event("turn_end", timeout=15)
         await tab.close()
-    [request] = provider.requests
-    assert content_of(request.json) == expected
+    [with_file, with_text] = provider.requests
+    assert content_of(with_file.json) == expected
+    *kept, as_text = content_of(with_text.json)
+    assert kept == expected[:2]
+    assert as_text["type"] == text_type and as_text["text"].startswith('<file name="total.pdf" type="application/pdf">')
+    assert "Total due 42 EUR" in as_text["text"]
 
 
 async def test_a_pdf_goes_as_its_text_and_the_page_sees_the_files_everywhere(user: Any, fake: FakeProvider,

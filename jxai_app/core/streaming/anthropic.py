@@ -254,6 +254,11 @@ def _user_blocks(content: Any) -> Any:
                 blocks.append({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}})
             elif url:
                 blocks.append({"type": "image", "source": {"type": "url", "url": url}})
+        elif part.get("type") == "file":
+            data_url = part.get("file", {}).get("file_data", "") if type(part.get("file")) is dict else ""
+            if type(data_url) is str and data_url.startswith("data:") and ";base64," in data_url:
+                media, data = data_url[5:].split(";base64,", 1)
+                blocks.append({"type": "document", "source": {"type": "base64", "media_type": media, "data": data}})
     return blocks
 
 
@@ -272,7 +277,9 @@ def convert_messages(messages: Sequence[Mapping[str, Any]], system_prompt: str) 
 
     System messages join the system prompt; assistant ``tool_calls`` become ``tool_use``
     blocks (arguments parsed, ``{}`` when unparseable); consecutive ``tool`` messages become
-    one user message of ``tool_result`` blocks; empty assistant turns are left out.
+    one user message of ``tool_result`` blocks; empty assistant turns are left out. A user
+    message's ``image_url`` parts become ``image`` blocks, its ``file`` parts (a base64 data
+    URL) ``document`` blocks (docs/attachments.md "What the model gets").
     """
     system_parts = [system_prompt] if system_prompt else []
     out: list[dict[str, Any]] = []

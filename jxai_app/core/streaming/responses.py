@@ -242,7 +242,8 @@ def _not_a_response() -> UpstreamFault:
 
 def _input_content(content: Any, role: str) -> Any:
     """A message's content as Responses content: a string stays a string; a list of parts
-    becomes ``input_text``/``input_image`` parts (``output_text`` for the assistant)."""
+    becomes ``input_text``/``input_image``/``input_file`` parts (``output_text`` for the
+    assistant; docs/attachments.md "What the model gets")."""
     if type(content) is not list:
         return text_of(content)
     text_type = "output_text" if role == "assistant" else "input_text"
@@ -257,6 +258,11 @@ def _input_content(content: Any, role: str) -> Any:
             url = image.get("url") if type(image) is dict else image
             if type(url) is str and url:
                 parts.append({"type": "input_image", "image_url": url})
+        elif part.get("type") == "file" and role != "assistant" and type(part.get("file")) is dict:
+            file = part["file"]
+            if type(file.get("file_data")) is str and file["file_data"]:
+                parts.append({"type": "input_file", "filename": str(file.get("filename") or "file.pdf"),
+                              "file_data": file["file_data"]})
     return parts
 
 

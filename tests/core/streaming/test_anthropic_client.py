@@ -48,7 +48,9 @@ def test_convert_messages() -> None:
         {"role": "tool", "tool_call_id": "c2", "content": "failed"},
         {"role": "assistant", "content": ""},
         {"role": "user", "content": [{"type": "text", "text": "and this?"},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                                     {"type": "file", "file": {"filename": "a.pdf",
+                                                               "file_data": "data:application/pdf;base64,JVBE"}}]},
     ]
     system, messages = convert_messages(history, "Be brief.")
     assert system == "Be brief.\n\nExtra rule."
@@ -63,7 +65,8 @@ def test_convert_messages() -> None:
             {"type": "tool_result", "tool_use_id": "c2", "content": "failed"}]},
         {"role": "user", "content": [
             {"type": "text", "text": "and this?"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]},
     ]
 
 

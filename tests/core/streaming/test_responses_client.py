@@ -32,6 +32,18 @@ def test_convert_input_roles_empty_turns_and_object_arguments() -> None:
     ]
 
 
+def test_convert_input_images_and_pdf_files() -> None:
+    pdf_url = "data:application/pdf;base64,JVBE"
+    history = [{"role": "user", "content": [
+        {"type": "text", "text": "Read these."},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "file", "file": {"filename": "a.pdf", "file_data": pdf_url}}]}]
+    assert convert_input(history) == [{"role": "user", "content": [
+        {"type": "input_text", "text": "Read these."},
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+        {"type": "input_file", "filename": "a.pdf", "file_data": pdf_url}]}]
+
+
 def test_convert_tools_keeps_an_explicit_strict_and_defaults_it_off() -> None:
     strict = [{"type": "function", "function": {**GET_WEATHER[0]["function"], "name": "exact", "strict": True}}]
     assert [(t["name"], t["strict"]) for t in convert_tools([*GET_WEATHER, *strict])] == [

@@ -179,15 +179,16 @@ def test_a_conversation_with_hundreds_of_messages_keeps_a_usable_page(open_page:
 
 
 AXE_PAGES = ("/admin/", "/admin/jxai_app/conversation/", "/admin/jxai_app/conversation/{pk}/change/",
-             "/admin/jxai_app/conversation/{pk}/transcript/", REGISTERED, "/admin/jxai_app/mcpserver/add/",
-             "/admin/jxai_app/usageledger/")
+             "/admin/jxai_app/conversation/{pk}/transcript/", REGISTERED, "/admin/jxai_app/usageledger/")
+"""The MCP server's add page is checked by tests/e2e/test_mcp_admin.py, which saves through it:
+the server caches content type ids, and every test's flush numbers them anew, so a model's
+admin pages are opened by one test only."""
 
 
 def test_admin_pages_say_jxai_show_the_transcript_link_and_pass_axe(open_page: Any, live_db: None,
                                                                     django_user_model: Any) -> None:
     """At 1280 px the conversation list's Transcript link is on screen, the header names jxai,
-    the MCP name's help text reads as written, and axe-core finds no serious or critical issue
-    (docs/architecture.md "Admin")."""
+    and axe-core finds no serious or critical issue (docs/architecture.md "Admin")."""
     from axe_playwright_python.sync_playwright import Axe
 
     from jxai_app.models import Conversation, Message
@@ -208,9 +209,6 @@ def test_admin_pages_say_jxai_show_the_transcript_link_and_pass_axe(open_page: A
     assert box is not None and box["x"] + box["width"] <= 1280, box
     assert page.locator("#site-name").inner_text() == "jxai administration"
     assert page.title().endswith("jxai admin")
-
-    page.goto("/admin/jxai_app/mcpserver/add/")
-    assert "named NAME__TOOL (this name" in page.locator(".field-name .help").inner_text()
 
     axe = Axe()
     found = {}

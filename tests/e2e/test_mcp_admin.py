@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 
 from jxai_app.models import McpServer
 from tests.app.mcp_support import SERVER_SCRIPT
@@ -30,6 +31,9 @@ def test_an_mcp_server_added_in_admin_lists_its_tools_with_their_server(open_pag
     tab = open_page(viewport={"width": 1280, "height": 900})
     page = tab.page
     admin_login(tab, "root", "/admin/jxai_app/mcpserver/add/")
+    assert "named NAME__TOOL (this name" in page.locator(".field-name .help").inner_text()  # read as written
+    violations = [v["id"] for v in Axe().run(page).response["violations"] if v["impact"] in ("serious", "critical")]
+    assert violations == []  # axe-core, as for the other admin pages (tests/e2e/test_admin_pages.py)
     page.fill("#id_name", "e2e")
     page.select_option("#id_transport", "stdio")
     page.fill("#id_command", sys.executable)

@@ -17,8 +17,9 @@ $(VENV)/.installed-test: pyproject.toml
 install: $(VENV)/.installed-test
 
 ## make test: the whole suite (with the [local] extra: the real local model runs too) on the embedded
-## default, then on PostgreSQL + Redis (all but the real local model's tests, which do not change
-## with the database and take minutes: CI's whole run must stay under 30).
+## default, then the Django layer's tests (tests/app) again on PostgreSQL + Redis. Not again there:
+## the core's (no Django, no database), the browser's and the real local model's, which take
+## minutes and do not change with the database (CI's whole run must stay under 30 minutes).
 test: typecheck test-embedded test-scaleout
 
 ## The framework-free core is typed strictly (docs/architecture.md).
@@ -31,7 +32,7 @@ test-embedded: $(VENV)/.installed-local
 test-scaleout: $(VENV)/.installed-local
 	@if $(PY) -m jxai_app.devtools.services_up "$(SCALEOUT_DATABASE_URL)" "$(SCALEOUT_REDIS_URL)"; then \
 		echo "== scale-out run: PostgreSQL + channels_redis =="; \
-		DATABASE_URL="$(SCALEOUT_DATABASE_URL)" REDIS_URL="$(SCALEOUT_REDIS_URL)" $(PY) -m pytest -m "not localmodel"; \
+		DATABASE_URL="$(SCALEOUT_DATABASE_URL)" REDIS_URL="$(SCALEOUT_REDIS_URL)" $(PY) -m pytest tests/app -m "not localmodel"; \
 	elif [ "$${JXAI_REQUIRE_SCALEOUT:-0}" = "1" ]; then \
 		echo "PostgreSQL/Redis not reachable and JXAI_REQUIRE_SCALEOUT=1" >&2; exit 1; \
 	else \

@@ -19,7 +19,6 @@ user and raises ``ProblemError`` ``not-found`` for a missing, malformed or forei
     branch_switch(*, user, conversation_id, message_id) -> Conversation
     active_path(conversation) -> ActivePath {messages, siblings}; siblings_of(message) -> Siblings
     turn_cancel(*, user, conversation_id) -> Recovered | None
-    message_retry(*, user, conversation_id) -> str | None
     message_resend(*, user, conversation_id, model=None, lease=6.0) -> TurnStart | None  (retry + send again)
     attachment_upload(*, user, name, data, quota) -> Attachment; attachment_get(*, user, attachment_id)
     attachments_sweep(*, older_than=1 day) -> int; storage_used(user) -> int   (docs/attachments.md)
@@ -74,7 +73,7 @@ from jxai_app.store.attachments import (
     attachments_sweep,
     storage_used,
 )
-from jxai_app.store.turn import TurnStart, answer_regenerate, message_resend, message_retry, message_send, turn_cancel
+from jxai_app.store.turn import TurnStart, answer_regenerate, message_resend, message_send, turn_cancel
 from jxai_app.store.usage import (
     context_tokens,
     context_warning,
@@ -93,6 +92,6 @@ __all__ = [
     "conversation_by_id", "conversation_create", "database_ping", "conversation_delete", "conversation_get", "conversation_list", "conversation_page",
     "conversation_rename", "conversation_search", "conversations_export", "estimate_tokens", "feedback_set",
     "instructions_get", "instructions_set", "message_search", "system_prompt_for", "lease_lapsed", "leases_renew",
-    "message_by_id", "message_list", "message_retry", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
+    "message_by_id", "message_list", "message_send", "messages_to_wire", "round_usage", "strays_drop", "to_messages",
     "turn_abandon", "turn_cancel", "turns_lapsed", "usage_estimate", "usage_from",
 ]

@@ -287,22 +287,15 @@ def turn_cancel(*, user: Any, conversation_id: uuid.UUID | str) -> Recovered | N
     return turn_abandon(conversation_id=conversation.pk, turn_id=conversation.turn_id, interrupted=False)
 
 
-@transaction.atomic
-def message_retry(*, user: Any, conversation_id: uuid.UUID | str) -> str | None:
-    """Drop the last exchange of the active path (:func:`_drop_last_exchange`) and return its
-    user text, or ``None`` when there is none (no-op)."""
-    dropped = _drop_last_exchange(user, conversation_id)
-    return None if dropped is None else dropped[0]
-
-
 def message_resend(*, user: Any, conversation_id: uuid.UUID | str, model: str | None = None,
                    lease: float = LEASE_SECONDS) -> TurnStart | None:
-    """A retry's save in one transaction: the last exchange dropped (:func:`message_retry`) and
-    its question sent again with the same attachments (docs/attachments.md "Sending").
+    """A retry's save in one transaction: the last exchange dropped (:func:`_drop_last_exchange`)
+    and its question sent again with the same attachments (docs/attachments.md "Sending").
     Returns ``None`` when there is nothing to retry (nothing changed).
 
     Raises:
-        ProblemError: as :func:`message_retry` and :func:`message_send`.
+        ProblemError: ``not-found``; ``conflict`` while a turn runs or a call awaits
+            approval; as :func:`message_send`.
     """
     with transaction.atomic():
         dropped = _drop_last_exchange(user, conversation_id)

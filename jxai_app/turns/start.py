@@ -3,7 +3,7 @@
 Send, edit, regenerate, retry and resume (after an approval) each prepare a :class:`TurnPlan`
 in **one database hop**: one transaction saves the turn's start (the store's
 :func:`~jxai_app.store.message_send` or :func:`~jxai_app.store.answer_regenerate`; a retry
-first drops the failed exchange, :func:`~jxai_app.store.message_retry`) and admits its
+drops the failed exchange and sends its text again, :func:`~jxai_app.store.message_resend`) and admits its
 budget (:meth:`jxai_app.policy.budget.TurnBudget.admit`) after checking that the user's groups
 may use the turn's model (docs/security.md "Group entitlements"), so a refused or failed start
 saves nothing and never contacts the provider; the same hop reads the turn's tools, system prompt

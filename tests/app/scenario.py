@@ -91,7 +91,9 @@ class ScenarioRunner:
         elif op == "advance":
             self.clock.advance(step["seconds"])
         elif op == "retry":
-            assert store.message_retry(user=self.user, conversation_id=self.cid) == step["expect"]
+            turn = store.message_resend(user=self.user, conversation_id=self.cid)
+            assert turn is not None and turn.user_message.content == step["expect"]
+            self.recorder = TurnFeed(turn, context_window=self.context_window)
         else:
             assert rec is not None, f"{op} needs a running turn"
             self._turn_op(rec, op, step)

@@ -131,7 +131,7 @@ def test_one_turn_per_conversation_across_branches(user: Any, chat: Any) -> None
         "regenerate": lambda: store.answer_regenerate(user=user, conversation_id=cid,
                                                       message_id=second.assistant_message_id),
         "switch": lambda: store.branch_switch(user=user, conversation_id=cid, message_id=first.user_message.pk),
-        "retry": lambda: store.message_retry(user=user, conversation_id=cid),
+        "retry": lambda: store.message_resend(user=user, conversation_id=cid),
     }
     count = Message.objects.filter(conversation_id=cid).count()
     for name, attempt in attempts.items():
@@ -204,10 +204,9 @@ def test_an_error_on_a_branch_drops_the_partial_and_retry_resends_there(user: An
     feed.add_delta("partial")
     assert feed.fail("boom", None)
     assert _path(user, cid)[-1] == ("user", "Q1 edited")
-    assert store.message_retry(user=user, conversation_id=cid) == "Q1 edited"
+    resent = store.message_resend(user=user, conversation_id=cid)
     assert not Message.objects.filter(pk=edit.user_message.pk).exists()
-    assert [c for _, c in _path(user, cid)] == ["Be brief."]
-    resent = store.message_send(user=user, conversation_id=cid, text="Q1 edited")
+    assert resent.user_message.content == "Q1 edited"
     assert resent.user_message.parent_id == first.user_message.parent_id
     assert (resent.user_siblings.index, resent.user_siblings.count) == (1, 2)
 
@@ -217,9 +216,9 @@ def test_retry_after_a_failed_regenerate_keeps_the_other_answers(user: Any, chat
     feed = TurnFeed(store.answer_regenerate(user=user, conversation_id=cid, message_id=second.assistant_message_id))
     assert feed.fail("boom", None)
     assert _path(user, cid)[-1] == ("user", "Q2")
-    assert store.message_retry(user=user, conversation_id=cid) == "Q2"
+    resent = store.message_resend(user=user, conversation_id=cid)
     assert Message.objects.filter(pk__in=[second.user_message.pk, second.assistant_message_id]).count() == 2
-    resent = store.message_send(user=user, conversation_id=cid, text="Q2")
+    assert resent.user_message.content == "Q2"
     assert resent.user_message.parent_id == second.user_message.parent_id
     assert (resent.user_siblings.index, resent.user_siblings.count) == (1, 2)
 

@@ -42,7 +42,7 @@ def _services(user: Any, cid: Any) -> dict[str, Any]:
         "conversation_delete": lambda: store.conversation_delete(user=user, conversation_id=cid),
         "message_send": lambda: store.message_send(user=user, conversation_id=cid, text="hi"),
         "turn_cancel": lambda: store.turn_cancel(user=user, conversation_id=cid),
-        "message_retry": lambda: store.message_retry(user=user, conversation_id=cid),
+        "message_resend": lambda: store.message_resend(user=user, conversation_id=cid),
     }
 
 
@@ -122,7 +122,7 @@ def test_send_while_a_turn_runs_is_a_conflict(user: Any, clock: FakeClock) -> No
         store.message_send(user=user, conversation_id=conversation.pk, text="second")
     assert excinfo.value.slug == "conflict" and excinfo.value.status == 409
     with pytest.raises(ProblemError) as excinfo:
-        store.message_retry(user=user, conversation_id=conversation.pk)
+        store.message_resend(user=user, conversation_id=conversation.pk)
     assert excinfo.value.slug == "conflict"
     assert Message.objects.filter(conversation=conversation).count() == 2
     recorder.add_delta("done")
@@ -241,7 +241,7 @@ def test_the_lease_is_renewed_with_one_write(user: Any, clock: FakeClock) -> Non
 
 def test_retry_on_an_empty_conversation_is_a_no_op(user: Any) -> None:
     conversation = store.conversation_create(user=user, model="m", system_prompt="Be brief.")
-    assert store.message_retry(user=user, conversation_id=conversation.pk) is None
+    assert store.message_resend(user=user, conversation_id=conversation.pk) is None
     assert list(Message.objects.filter(conversation=conversation).values_list("role", flat=True)) == ["system"]
 
 

@@ -1,16 +1,11 @@
 """Django app configuration. ``ready()`` never touches the database (recovery of partial
 messages runs as the ``recover_partial_messages`` management command instead); it loads the
-sign-in audit's signal receivers and the SSO redirect-URI check (docs/sso.md), which need
-the models and so can only be loaded once the app registry is ready, as Django's signal
-documentation prescribes."""
-
-from importlib import import_module
+sign-in audit's signal receivers and the SSO redirect-URI check (docs/sso.md). They need the
+models, so they are imported in ``ready()``, once the app registry is ready: Django's
+documented place for connecting receivers ("Connecting receiver functions", the signals
+topic guide), and the one import inside a function the floors allow (docs/architecture.md)."""
 
 from django.apps import AppConfig
-
-AFTER_READY = ("jxai_app.web.signins",)
-"""Modules whose import connects receivers and registers checks (by name: they import the
-models, which apps.py, loaded before the registry is ready, cannot)."""
 
 
 class JxaiAppConfig(AppConfig):
@@ -21,5 +16,4 @@ class JxaiAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        for module in AFTER_READY:
-            import_module(module)
+        from jxai_app.web import signins  # noqa: F401  (connects receivers, registers a check)

@@ -18,11 +18,12 @@ messages over 1 MiB by default. So no websocket message of ours exceeds
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from jxai_app.store.common import storable
 
-__all__ = ["MAX_FRAME_BYTES", "Outbox", "encode", "json_bytes", "pieces", "wire_texts"]
+__all__ = ["MAX_FRAME_BYTES", "Encoded", "Outbox", "encode", "json_bytes", "pieces", "wire_texts"]
 
 MAX_FRAME_BYTES = 256 * 1024
 """The largest websocket message the server sends, in UTF-8 bytes: a quarter of daphne's,
@@ -86,6 +87,25 @@ def wire_texts(frame: dict[str, Any], limit: int = MAX_FRAME_BYTES) -> list[str]
     return [encode({"type": "chunk", "index": i, "count": len(parts), "data": part}) for i, part in enumerate(parts)]
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A frame already turned into its websocket messages by :func:`wire_texts` (a snapshot
+    built once for several sockets: :mod:`jxai_app.turns.snapshots`).
+
+    Attributes:
+        type: the frame's ``type``; conversation_id: its ``conversationId``;
+        texts: the messages to send, in order.
+    """
+
+    type: str
+    conversation_id: str
+    texts: tuple[str, ...]
+
+
+Frame = dict[str, Any] | Encoded
+"""What an :class:`Outbox` holds: a frame to encode, or one encoded already."""
+
+
 class Outbox:
     """One socket's frames waiting to be sent, in order. Consecutive ``events`` frames of
     one turn become one frame while it stays within ``limit`` bytes; an item that does not
@@ -94,20 +114,20 @@ class Outbox:
 
     def __init__(self, limit: int = MAX_FRAME_BYTES) -> None:
         self.limit = limit
-        self._frames: list[dict[str, Any]] = []
+        self._frames: list[Frame] = []
         self._tail_bytes = 0
         """Size of the last frame when it is an ``events`` frame still open for merging."""
 
-    def add(self, frame: dict[str, Any]) -> None:
+    def add(self, frame: Frame) -> None:
         """Queue ``frame`` (its ``items`` list is copied, never changed)."""
-        if frame["type"] != "events":
+        if isinstance(frame, Encoded) or frame["type"] != "events":
             self._frames.append(frame)
             self._tail_bytes = 0
             return
         for item in frame["items"]:
             size = json_bytes(item)
             last = self._frames[-1] if self._frames else None
-            if (self._tail_bytes and last is not None and last["turnId"] == frame["turnId"]
+            if (self._tail_bytes and isinstance(last, dict) and last["turnId"] == frame["turnId"]
                     and last["conversationId"] == frame["conversationId"]
                     and self._tail_bytes + 1 + size <= self.limit):
                 last["items"].append(item)
@@ -117,7 +137,7 @@ class Outbox:
                 self._frames.append(batch)
                 self._tail_bytes = json_bytes(batch)
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[Frame]:
         """Every queued frame, in order; the outbox is empty afterwards."""
         frames, self._frames, self._tail_bytes = self._frames, [], 0
         return frames

@@ -27,17 +27,13 @@ more and a large frame; a socket may make ``JXAI_WS_EXPENSIVE_BURST`` of them at
 ``JXAI_WS_EXPENSIVE_RATE`` a second on average (a token bucket), and one past it is answered
 with a ``rate-limited`` error frame naming the request, the socket staying open. A
 ``subscribe`` to a conversation whose snapshot is still queued on this socket is coalesced
-with it (the queued one answers both, and costs one token). Snapshots are loaded in a
-database thread and snapshots and replays encoded to JSON in a thread, off the event loop,
-one at a time per worker (a slot shared by every socket), so a flood of them costs one
-snapshot's memory at a time; a socket whose client is gone (or was closed for not reading)
+with it (the queued one answers both, and costs one token). Snapshots are built off the
+event loop, one at a time per worker, and shared by the user's sockets waiting for the same
+one (:mod:`jxai_app.turns.snapshots`, which also states the snapshot rule); replays are
+encoded in the same slot. A socket whose client is gone (or was closed for not reading)
 runs none of its queued requests, and one whose client has not taken what it was sent (the
 server's write buffer is full: ``jxai_app.web.wsbuffer``) answers its next request only once
 it has.
-
-Snapshot rule: when a turn runs, ``messages`` ends with the turn's user message and the
-turn's own rounds (even completed ones) are given only as ``turn.items``; without a
-running turn ``messages`` is the whole saved transcript.
 """
 
 from __future__ import annotations
@@ -47,21 +43,20 @@ import logging
 import math
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
 from jxai_app import conf, store
 from jxai_app.core.errors import ProblemError
 from jxai_app.core.problems import problem
-from jxai_app.models import ConversationStatus
 from jxai_app.store.common import get_owned
-from jxai_app.store.serializers import conversation_dict, conversation_dicts, message_dicts
+from jxai_app.store.serializers import conversation_dicts
 from jxai_app.db import db_request
 from jxai_app.turns import control, start
-from jxai_app.turns.framing import Outbox, wire_texts
+from jxai_app.turns.framing import Encoded, Frame, Outbox, wire_texts
 from jxai_app.turns.hub import TurnHub
 from jxai_app.turns.plan import TurnPlan
+from jxai_app.turns.snapshots import big_work_slot, snapshot_for
 
 __all__ = ["Session", "SocketGone", "UNSENDABLE_CLOSE_CODE", "error_frame"]
 
@@ -80,18 +75,10 @@ _KNOWN_TURNS = 8
 """Turns whose last seq a session remembers (the current one and a few before)."""
 _ENDED = 1 << 62
 """Last seq recorded for a turn that must be ignored from now on."""
-_SNAPSHOT_ATTEMPTS = 3
 EXPENSIVE_REQUESTS = frozenset({"subscribe", "switch_branch", "search", "instructions", "feedback"})
 """Request types under the per-socket rate (module docstring)."""
 _ENCODED_IN_A_THREAD = frozenset({"snapshot", "replay"})
 """Frame types that may be megabytes of JSON: encoded off the event loop."""
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
-
-
-def _big_work_slot() -> asyncio.Semaphore:
-    """The worker's one slot for loading a snapshot or encoding a large frame (per event
-    loop): one socket's megabytes at a time, however many sockets ask."""
-    return _SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(1))
 UNSENDABLE_CLOSE_CODE = 4500
 """Close code when not even an ``error`` frame can be sent on the socket (reconnect); daphne
 lets an application close only with 1000 or 3000–4999, so RFC 6455's 1011 is not available."""
@@ -99,14 +86,6 @@ lets an application close only with 1000 or 3000–4999, so RFC 6455's 1011 is n
 
 def _owned(user: Any, conversation_id: Any) -> uuid.UUID:
     return get_owned(user, conversation_id).pk
-
-
-def _load(user: Any, conversation_id: uuid.UUID) -> tuple[dict[str, Any], list[dict[str, Any]], str | None]:
-    """The conversation, its messages, and the id of its running turn (``None``: idle)."""
-    conversation, path = store.message_list(user=user, conversation_id=conversation_id)
-    running = conversation.turn_id if conversation.status == ConversationStatus.STREAMING else None
-    return (conversation_dict(conversation), message_dicts(path.messages, path.siblings),
-            None if running is None else str(running))
 
 
 def _page(user: Any, before: str | None = None) -> dict[str, Any]:
@@ -331,8 +310,10 @@ class Session:
             if self._closed or self._peer_gone:
                 return
             try:
-                if frame.get("type") in _ENCODED_IN_A_THREAD:
-                    async with _big_work_slot():
+                if isinstance(frame, Encoded):
+                    texts: tuple[str, ...] | list[str] = frame.texts
+                elif frame.get("type") in _ENCODED_IN_A_THREAD:
+                    async with big_work_slot():
                         texts = await asyncio.to_thread(wire_texts, frame)
                 else:
                     texts = wire_texts(frame)
@@ -344,16 +325,19 @@ class Session:
                 self._peer_gone = True  # the peer left: its disconnect releases the session
                 return
             except Exception:
-                logger.exception("websocket: cannot send a %s frame to user %s", frame.get("type"),
+                logger.exception("websocket: cannot send a %s frame to user %s",
+                                 frame.type if isinstance(frame, Encoded) else frame.get("type"),
                                  getattr(self.user, "pk", None))
                 await self._unsent(frame)
 
-    async def _unsent(self, frame: dict[str, Any]) -> None:
+    async def _unsent(self, frame: Frame) -> None:
         """``frame`` could not be sent: tell the tab (``error``, ``internal-error``) and queue a
         fresh snapshot of what it follows (not after a snapshot: that would repeat); close
         with :data:`UNSENDABLE_CLOSE_CODE` when the ``error`` frame cannot be sent either."""
-        notice = error_frame(problem("internal-error", f"A {frame.get('type')} frame could not be sent; "
-                                     "the conversation is reloaded."), conversation_id=frame.get("conversationId"))
+        ftype, cid = ((frame.type, frame.conversation_id) if isinstance(frame, Encoded)
+                      else (frame.get("type"), frame.get("conversationId")))
+        notice = error_frame(problem("internal-error", f"A {ftype} frame could not be sent; "
+                                     "the conversation is reloaded."), conversation_id=cid)
         try:
             await self._send(wire_texts(notice)[0])
         except asyncio.CancelledError:
@@ -362,10 +346,10 @@ class Session:
             logger.exception("websocket: cannot send an error frame either; closing the socket")
             await self._close(UNSENDABLE_CLOSE_CODE)
             return
-        if frame.get("type") != "snapshot":
+        if ftype != "snapshot":
             self._want_snapshot()
 
-    def _emit(self, frame: dict[str, Any]) -> None:
+    def _emit(self, frame: Frame) -> None:
         self._out.add(frame)
 
     async def _run_job(self, request: str | None, conversation_id: str | None,
@@ -493,7 +477,7 @@ class Session:
     # ------------------------------------------------------------------ snapshot
     async def _snapshot(self, conversation_id: uuid.UUID | str) -> None:
         """Follow the conversation and send a ``snapshot`` consistent with the live frames
-        that follow it (see the module docstring for the rule).
+        that follow it (the rule: :mod:`jxai_app.turns.snapshots`).
 
         Raises:
             ProblemError: ``not-found`` (checked before following anything).
@@ -501,29 +485,13 @@ class Session:
         self._resnapshot = False
         conversation_id = await db_request(_owned, self.user, conversation_id)
         self._follow(conversation_id)
-        frame: dict[str, Any] | None = None
-        for attempt in range(_SNAPSHOT_ATTEMPTS):
-            async with _big_work_slot():
-                data, messages, running = await db_request(_load, self.user, conversation_id)
-            frame = {"type": "snapshot", "conversationId": str(conversation_id), "conversation": data,
-                     "messages": messages, "turn": None}
-            if running is None:
-                break
-            state = await self.hub.turn_state(conversation_id)
-            if state is not None and state.turn_id == running:
-                ids = [m["id"] for m in messages]
-                if state.user_message_id in ids:
-                    frame["messages"] = messages[: ids.index(state.user_message_id) + 1]
-                    frame["turn"] = {"turnId": state.turn_id, "lastSeq": state.last_seq, "items": state.items}
-                    self._remember(state.turn_id, state.last_seq)
-                    break
-            if attempt + 1 < _SNAPSHOT_ATTEMPTS:
-                await asyncio.sleep(0.05 * (attempt + 1))
-        assert frame is not None
-        if frame["turn"] is None and frame["conversation"]["status"] != "streaming":
+        built = await snapshot_for(self.hub, self.user, conversation_id)
+        if built.turn_id is not None:
+            self._remember(built.turn_id, built.last_seq)
+        elif built.idle:
             for turn_id in list(self._seqs):
                 self._seqs[turn_id] = _ENDED  # anything still queued of older turns is in the snapshot
-        self._emit(frame)
+        self._emit(built.frame)
 
     # ------------------------------------------------------------------ requests
     async def subscribe(self, conversation_id: str) -> None:

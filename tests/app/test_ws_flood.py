@@ -2,7 +2,8 @@
 requests are rate-limited per socket with a ``rate-limited`` error frame, a ``subscribe`` to
 a conversation whose snapshot is still queued is coalesced with it, and a socket that stops
 reading is closed with 4500 once its unsent bytes pass ``JXAI_WS_MAX_UNSENT_BYTES`` — while
-another user's socket keeps its answers.
+another user's socket keeps its answers; the user's sockets waiting for the same snapshot
+share one build of it (``jxai_app.turns.snapshots``).
 
 Real parts: one ``daphne`` worker of this checkout on the test database, protocol-level
 clients (``WsClient`` on the ``websockets`` library, and a raw socket that writes frames and
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,9 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async as sync_to_async
 
+from jxai_app.turns import snapshots
 from tests.app.store_support import saved_answer
-from tests.app.turns_support import models_config
+from tests.app.turns_support import Tab, hub, models_config  # noqa: F401  (fixture)
 from tests.support.database import database_url
 from tests.support.workers import ROOT, Worker, WsClient, deaf_socket, session_cookie, start_workers, ws_frame
 
@@ -112,3 +115,36 @@ async def test_a_socket_that_stops_reading_is_closed_with_4500_and_others_keep_t
                     pass
         assert (await _answers_until_list(other))[-1]["type"] == "conversations"
     raw.close()
+
+
+async def test_sockets_waiting_for_the_same_snapshot_share_one_build(
+        user: Any, hub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three of the user's sockets ask while the worker's slot is busy: they get one build (one load of the conversation, the same texts),
+    and a socket asking after that build started gets one of its own."""
+    cid = await sync_to_async(saved_answer)(user, 20_000)
+    loads: list[str] = []
+    real_load = snapshots._load
+
+    def counted_load(owner: Any, conversation_id: Any) -> Any:
+        loads.append(str(conversation_id))
+        return real_load(owner, conversation_id)
+
+    monkeypatch.setattr(snapshots, "_load", counted_load)
+    tabs = [await Tab(user).open() for _ in range(4)]
+    slot = snapshots.big_work_slot()
+    async with slot:  # the worker is busy with someone else's snapshot
+        for tab in tabs[:3]:
+            await tab.send(type="subscribe", conversationId=cid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while hub.delivery.follower_count(uuid.UUID(cid)) < 3:  # each followed, then waits for the slot
+            assert loop.time() < deadline
+            await asyncio.sleep(0.01)
+    got = [await tab.until(lambda f: f["type"] == "snapshot", timeout=30) for tab in tabs[:3]]
+    assert loads == [cid]
+    assert got[0]["messages"] and all(frame == got[0] for frame in got)
+    await tabs[3].send(type="subscribe", conversationId=cid)
+    assert (await tabs[3].until(lambda f: f["type"] == "snapshot", timeout=30)) == got[0]
+    assert loads == [cid, cid]
+    for tab in tabs:
+        await tab.close()

@@ -145,8 +145,10 @@ def server_command(
         model_path: the GGUF file.
         host: address to bind (keep it on loopback: the server has no authentication).
         port: TCP port.
-        chat_format: :data:`DIALOGUE_FORMAT` (ours) or any llama-cpp-python chat format name
-            (``gemma``, ``chatml``, ``chatml-function-calling``…).
+        chat_format: :data:`DIALOGUE_FORMAT` (ours), the path of a tokenizer-config JSON
+            file holding a chat template (``…/something.json``: loaded like ours, through
+            llama-cpp-python's ``hf-tokenizer-config`` format), or any llama-cpp-python chat
+            format name (``gemma``, ``chatml``, ``chatml-function-calling``…).
         n_ctx: context window in tokens.
         python: the interpreter that has the ``[local]`` extra.
 
@@ -156,8 +158,9 @@ def server_command(
     Returns:
         The argv list for :class:`subprocess.Popen`.
     """
-    if chat_format == DIALOGUE_FORMAT:
-        format_args = ["--chat_format", "hf-tokenizer-config", "--hf_tokenizer_config_path", str(DIALOGUE_TEMPLATE)]
+    template = DIALOGUE_TEMPLATE if chat_format == DIALOGUE_FORMAT else Path(chat_format)
+    if template.suffix == ".json":
+        format_args = ["--chat_format", "hf-tokenizer-config", "--hf_tokenizer_config_path", str(template)]
     else:
         format_args = ["--chat_format", chat_format]
     return [

@@ -425,8 +425,11 @@ class ShareLinkAdmin(ReadOnlyAdmin):
     the list action (docs/data.md "Share links"). Neither the snapshot nor the title (made
     from the first user message) is shown: they are content (docs/security.md, threat 1b)."""
 
-    list_display = ("id", "owner", "conversation", "scope", "state", "created_at", "snapshot_at", "expires_at",
-                    "revoked_at", "view_count")
+    list_display = ("label", "owner", "conversation_label", "scope", "state", "created", "view_count")
+    """Ids cut to their first 8 characters, the expiry in the state, the day it was shared, and
+    the times only on the link's page: with two whole UUIDs and four times the table was
+    1,500 px wide in the ~630 px a 1280 px window leaves it (docs/architecture.md "Admin")."""
+    list_display_links = ("label",)
     list_filter = ("scope", "revoked_at", "created_at", "expires_at")
     list_select_related = ("owner",)
     search_fields = ("owner__username",)
@@ -435,11 +438,26 @@ class ShareLinkAdmin(ReadOnlyAdmin):
     readonly_fields = fields
     actions = ("revoke",)
 
-    @admin.display(description="state")
+    @admin.display(description="share link", ordering="created_at")
+    def label(self, link: ShareLink) -> str:
+        return f"{link.pk}"[:8]
+
+    @admin.display(description="conversation", ordering="conversation")
+    def conversation_label(self, link: ShareLink) -> str:
+        return "deleted" if link.conversation_id is None else f"{link.conversation_id}"[:8]
+
+    @admin.display(description="shared", ordering="created_at")
+    def created(self, link: ShareLink) -> str:
+        return f"{timezone.localdate(link.created_at):%Y-%m-%d}"
+
+    @admin.display(description="state", ordering="expires_at")
     def state(self, link: ShareLink) -> str:
+        """``revoked``, ``expired``, ``live`` (never expires) or ``live until YYYY-MM-DD``."""
         if link.revoked_at is not None:
             return "revoked"
-        return "expired" if link.expires_at is not None and link.expires_at <= timezone.now() else "live"
+        if link.expires_at is None:
+            return "live"
+        return "expired" if link.expires_at <= timezone.now() else f"live until {timezone.localdate(link.expires_at):%Y-%m-%d}"
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("jxai_app.change_sharelink")

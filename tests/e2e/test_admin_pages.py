@@ -218,3 +218,32 @@ def test_admin_pages_say_jxai_show_the_transcript_link_and_pass_axe(open_page: A
                        if v["impact"] in ("serious", "critical")]
     assert all(not issues for issues in found.values()), found
     assert_clean(tab)
+
+
+def test_the_share_links_list_fits_a_1280_px_window(open_page: Any, live_db: None, django_user_model: Any) -> None:
+    """Every column of the share links list is on screen at 1280 px, with no sideways scroll
+    (it was a 1,500 px table: two UUIDs and six dates)."""
+    from django.utils import timezone
+
+    from jxai_app.models import Conversation, ShareLink
+
+    root = django_user_model.objects.create_superuser("root", "root@example.com", PASSWORD)
+    conversation = Conversation.objects.create(owner=root, model="gpt-4o", title="Shared")
+    now = timezone.now()
+    ShareLink.objects.create(owner=root, conversation=conversation, token_hash="a" * 64, snapshot_at=now,
+                             expires_at=now + timezone.timedelta(days=7), revoked_at=now, view_count=12)
+    tab = open_page(viewport={"width": 1280, "height": 900})
+    admin_login(tab, "root", "/admin/jxai_app/sharelink/")
+    page = tab.page
+    table = page.locator("#result_list")
+    table.wait_for()
+    seen = page.evaluate("""() => {
+      const table = document.querySelector('#result_list');
+      return {tableRight: table.getBoundingClientRect().right, clientWidth: document.documentElement.clientWidth,
+              scrollWidth: document.documentElement.scrollWidth,
+              overflow: table.parentElement.scrollWidth - table.parentElement.clientWidth};
+    }""")
+    screenshot(tab, "admin-share-links-1280.png")
+    assert seen["scrollWidth"] <= seen["clientWidth"], seen
+    assert seen["tableRight"] <= seen["clientWidth"] and seen["overflow"] <= 1, seen
+    assert_clean(tab)

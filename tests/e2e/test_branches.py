@@ -89,6 +89,34 @@ def test_edit_makes_a_branch_every_tab_follows_and_a_reload_keeps(open_page: Any
     assert_clean(tab, other)
 
 
+def test_a_search_result_on_another_branch_shows_that_branch(logged_in: Any) -> None:
+    """Picking a search hit that is on a branch not shown switches to that branch and marks
+    the message (it used to open the conversation on the branch shown, without the message)."""
+    tab = logged_in()
+    page = tab.page
+    ask_for_echo(tab, "a question about glaciers")
+    first = _question(tab, "a question about glaciers")
+    first.get_by_test_id("edit").click()
+    first.get_by_test_id("edit-input").fill("a question about deserts")
+    first.get_by_test_id("edit-submit").click()
+    _shows(tab, "a question about deserts", hidden=("a question about glaciers",))
+    wait_idle(tab)
+    cid = conversation_id(tab)
+    hidden = Message.objects.get(conversation_id=cid, role="user", content="a question about glaciers")
+
+    page.get_by_test_id("search").fill("glaciers")
+    hit = page.locator(f"[data-testid=search-result][href$='#message-{hidden.pk}']")
+    hit.click()
+    page.locator(f".message.found[data-message-id='{hidden.pk}']").wait_for()
+    page.get_by_test_id("search").press("Escape")                 # the results give the list its place back
+    _shows(tab, "a question about glaciers", hidden=("a question about deserts",))
+    assert _question(tab, "a question about glaciers").get_by_test_id("branch-position").inner_text() == "1 / 2"
+    assert Conversation.objects.get(pk=cid).active_leaf.parent_id == hidden.pk  # the server switched too
+    reload(tab)
+    _shows(tab, "a question about glaciers", hidden=("a question about deserts",))
+    assert_clean(tab)
+
+
 def test_regenerate_with_another_model_is_a_second_version(logged_in: Any, fake_llm: Any) -> None:
     fake, _ = fake_llm
     tab = logged_in()

@@ -47,6 +47,7 @@ const state = {
   turnPending: false,         // sent, and no event of the new turn seen yet
   adoptable: new Set(),       // conversations first seen while a new-chat send was pending
   reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
+  revealSwitched: null,       // the message a switch_branch was sent for, to show it (revealMessage)
   sentFiles: [],              // the last send's attachments (attachments.js), back in the composer if refused
 };
 
@@ -232,12 +233,28 @@ function applySnapshot(frame) {
   revealMessage();
 }
 
-/** Scroll to the message a search result (or the address's `#message-<id>`) named, and mark it. */
+/** Scroll to the message a search result (or the address's `#message-<id>`) named, and mark it.
+ *  A message on another branch than the one shown is brought in first: one `switch_branch` to
+ *  it (the server answers with a snapshot of that branch, which calls this again); when it is
+ *  not there either (deleted, or a turn is running), the status line says so. */
 function revealMessage() {
   if (state.reveal === null) return;
   const node = transcript.find(state.reveal);
+  if (!node) {
+    const wanted = state.reveal;
+    const switched = state.revealSwitched === wanted;
+    state.reveal = null;
+    state.revealSwitched = null;
+    if (!switched && state.currentId && !state.streaming && connection.send({
+      type: "switch_branch", conversationId: state.currentId, messageId: wanted })) {
+      state.reveal = state.revealSwitched = wanted;
+    } else {
+      announce("That message is not in the conversation as shown.");
+    }
+    return;
+  }
   state.reveal = null;
-  if (!node) return;
+  state.revealSwitched = null;
   for (const other of ui.transcript.querySelectorAll(":scope > .message.found")) other.classList.remove("found");
   node.classList.add("found");
   node.scrollIntoView({ block: "center" });
@@ -415,6 +432,7 @@ function handleErrorFrame(frame) {
   } else if (BRANCH_REQUESTS.has(frame.request)) {
     // Nothing changed here or on the server: an open editor keeps its text.
     state.turnPending = false;
+    if (frame.request === "switch_branch") state.reveal = state.revealSwitched = null;
     setStreaming(Boolean(sequencer.turnId) || currentStatus() === "streaming");
   } else if (frame.request === "retry") {
     state.turnPending = false;

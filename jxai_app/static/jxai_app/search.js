@@ -4,7 +4,7 @@
 // Typing sends a `search` frame (after a short pause); the `search_results` frame for the
 // text still in the box replaces the results, which take the list's place while the box
 // holds text. A result links to its conversation (`/c/<id>`) and, for a message match, to the
-// message (`#message-<id>`); picking one opens the conversation and scrolls to the message.
+// message (`#message-<id>`); picking one opens the conversation (on the message's branch) and scrolls to the message.
 // Results are the user's own: the server scopes the search to the owner.
 
 import { el } from "./render.js";

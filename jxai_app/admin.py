@@ -231,10 +231,12 @@ class FeedbackFilter(admin.SimpleListFilter):
 class ConversationAdmin(DeclaredFiltersOnly):
     """Conversations: metadata for staff, content only with ``view_conversation``."""
 
-    list_display = ("label", "transcript_link", "title", "owner", "model", "status", "temporary", "message_count",
-                    "feedback_summary", "token_count", "context_warning", "legal_hold", "created_at", "updated_at")
-    """The Transcript link comes second: the last of the columns was past the right edge of a
-    1280 px window (docs/architecture.md "Admin")."""
+    list_display = ("label", "transcript_link", "title", "owner", "model", "state", "message_count",
+                    "feedback_summary", "updated")
+    """What fits the ~630 px a 1280 px window leaves the list (docs/architecture.md "Admin"): the
+    status with the temporary and legal-hold marks in one column, the day of the last change;
+    tokens, the context warning and the times are on the conversation's page. With 14 columns
+    the titles wrapped a word a line and the last columns were past the right edge."""
     list_display_links = ("label",)
     list_filter = (("owner", admin.RelatedOnlyFieldListFilter), "model", "status", "temporary", FeedbackFilter, "legal_hold",
                    "created_at", "updated_at")
@@ -279,6 +281,17 @@ class ConversationAdmin(DeclaredFiltersOnly):
     def has_read_content_permission(self, request: HttpRequest) -> bool:
         """Gate of the export action (``allowed_permissions = ("read_content",)``)."""
         return can_read_content(request)
+
+    @admin.display(description="status", ordering="status")
+    def state(self, conversation: Conversation) -> str:
+        """``idle``, ``streaming`` …, then `` · temporary`` and `` · on hold`` when they apply."""
+        marks = [conversation.status, "temporary" if conversation.temporary else "",
+                 "on hold" if conversation.legal_hold else ""]
+        return " · ".join(mark for mark in marks if mark)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, conversation: Conversation) -> str:
+        return f"{timezone.localdate(conversation.updated_at):%Y-%m-%d}"
 
     @admin.display(description="messages", ordering="message_count")
     def message_count(self, conversation: Conversation) -> int:

@@ -232,3 +232,19 @@ def test_the_transcript_says_when_messages_are_on_other_branches(reader: Any, us
     body = _client(reader).get(url).content.decode()
     assert "second try" in body and "first try" not in body
     assert 'data-testid="transcript-branches"' in body and "1 of 3 messages" in body
+
+
+def test_the_transcript_marks_a_question_whose_turn_was_stopped(reader: Any, user: Any) -> None:
+    """A Stop that saved no answer marks the question (docs/websocket.md "Branches"); the
+    transcript says so, as the page does, instead of one question after another."""
+    from tests.support.chain import messages_chain
+
+    conversation = Conversation.objects.create(owner=user, model="m", title="stopped")
+    stopped, _ = messages_chain(conversation, {"role": "user", "content": "a long story, please"},
+                                {"role": "user", "content": "a short one then"})
+    stopped.stopped = True
+    stopped.save(update_fields=["stopped"])
+    url = reverse("admin:jxai_app_conversation_transcript", args=[conversation.pk])
+    body = _client(reader).get(url).content.decode()
+    assert body.count('data-testid="admin-stopped"') == 1
+    assert body.index("a long story, please") < body.index("Stopped — no answer was saved") < body.index("a short one")

@@ -166,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # make does not pass a signal sent to its own process on: name the one that stops us.
         say(f"jxai is running at http://{args.host}:{args.port}/  (Ctrl-C stops it; from elsewhere: "
             f"kill -INT {os.getpid()})")
+        say(f"admin is at http://{args.host}:{args.port}/admin/ for staff "
+            "(.venv/bin/python manage.py createsuperuser makes a staff account; the demo user is not one)")
         return supervise(children, say=say, grace=STOP_GRACE_SECONDS, advice="make run starts jxai again",
                          restart=restart)
     except KeyboardInterrupt:

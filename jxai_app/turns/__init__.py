@@ -16,6 +16,7 @@ Modules, bottom up (each imports only those above it; docs/architecture.md "Floo
     control.py   Stop, approval decisions and expiry, branch switch, rename, delete
     recovery.py  LeaseWatch: turns whose worker died are recovered and their tabs told
     worker.py    get_hub(): this worker's hub, with its lease watch, drained on SIGTERM
-    session.py   Session: one socket's ordered output, sequencer, snapshot and requests
+    snapshots.py snapshot_for(): a socket's snapshot, built once in the worker's slot and shared
+    session.py   Session: one socket's ordered output, sequencer and requests
     httpturn.py  POST /ai/chat?conversation=…: a saved conversation's turn as SSE
 """

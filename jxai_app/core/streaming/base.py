@@ -275,11 +275,8 @@ class BaseChatClient:
         loop = asyncio.get_running_loop()
         limits = httpx.Timeout(connect=timeouts.connect, read=None, write=None, pool=None)
         pool = self.pool
-        if pool is None:
-            client = httpx.AsyncClient(transport=self.transport, timeout=limits, follow_redirects=False,
-                                       verify=ssl_context() if self.transport is None else True)
-        else:  # shared: only this response is closed below (and its connection when unfinished)
-            client = pool.client()
+        # shared: only this response is closed below (and its connection when unfinished)
+        client = self._own_client(limits) if pool is None else pool.client()
         response: httpx.Response | None = None
         events: AsyncIterator[Sequence[StreamEvent]] | None = None
         complete = False
@@ -307,7 +304,9 @@ class BaseChatClient:
                 if pool is None:
                     raise
                 # A pooled connection the server dropped while it was idle (docs/streaming.md
-                # "Connections"): nothing was answered, so the request goes once more, on a new one.
+                # "Connections"): nothing was answered, so the request goes once more, on a new
+                # connection of its own (the pool may hold more that the server dropped too).
+                pool, client = None, self._own_client(limits)
                 response = await guard.wait(client.send(request, stream=True), deadline[0], first_msg)
             if not 200 <= response.status_code < 300:
                 body = await self._read(response, guard, deadline[0], MAX_ERROR_BODY, truncate=True)
@@ -332,6 +331,12 @@ class BaseChatClient:
                 await finish_response(response, events if complete else None)
             if pool is None and self.transport is None:
                 await client.aclose()
+
+    def _own_client(self, limits: httpx.Timeout) -> httpx.AsyncClient:
+        """A client for one request, closed after it (no pool, or the second try of a request
+        a kept connection failed)."""
+        return httpx.AsyncClient(transport=self.transport, timeout=limits, follow_redirects=False,
+                                 verify=ssl_context() if self.transport is None else True)
 
     async def _read_events(self, response: httpx.Response, guard: Guard, deadline: float | None,
                            normaliser: Normaliser) -> AsyncIterator[Sequence[StreamEvent]]:

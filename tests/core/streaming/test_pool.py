@@ -29,13 +29,15 @@ from tests.support.fake_provider import openai_text_stream
 class KeepAliveProvider:
     """An OpenAI-compatible endpoint that keeps connections alive. ``hold=True`` sends the
     first delta, then waits for the client to close the connection (``closed_by_client``);
-    ``reset_next=True`` resets the connection of the next request instead of answering (a
-    server that went away while the connection was idle in the pool)."""
+    ``resets = n`` resets the connections of the next ``n`` requests instead of answering, and
+    ``dropped`` (client ports) those of every request on those connections (a server that went
+    away while they were idle in the pool)."""
 
     def __init__(self) -> None:
         self.ports: list[int] = []
         self.hold = False
-        self.reset_next = False
+        self.resets = 0
+        self.dropped: set[int] = set()
         self.closed_by_client = threading.Event()
         outer = self
 
@@ -48,8 +50,8 @@ class KeepAliveProvider:
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.ports.append(self.client_address[1])
-                if outer.reset_next:
-                    outer.reset_next = False
+                if outer.resets or self.client_address[1] in outer.dropped:
+                    outer.resets = max(0, outer.resets - 1)
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     self.close_connection = True  # closed with linger 0: a reset, no answer
                     return
@@ -135,10 +137,24 @@ async def test_a_kept_connection_reset_before_any_answer_is_tried_once_more_on_a
     pool = ConnectionPool()
     client = OpenAIChatClient(base_url=provider.url, model="m", pool=pool)
     assert text(await collect(client.stream_chat(USER, [], ""))) == "Hello"
-    provider.reset_next = True
+    provider.resets = 1
     events = await collect(client.stream_chat(USER, [], ""))
     assert text(events) == "Hello" and events[-1] == {"type": "done", "stopReason": "stop"}, events
     assert len(provider.ports) == 3 and len(set(provider.ports)) == 2  # the kept one, reset; then a new one
+    await pool.aclose()
+
+
+async def test_the_second_try_is_on_a_new_connection_even_with_more_kept_ones(provider: KeepAliveProvider) -> None:
+    """Two kept connections, both dropped by the server: the second try does not take the other
+    stale one from the pool (make run's model server killed after a turn that kept two)."""
+    pool = ConnectionPool()
+    client = OpenAIChatClient(base_url=provider.url, model="m", pool=pool)
+    answers = await asyncio.gather(*(collect(client.stream_chat(USER, [], "")) for _ in range(2)))
+    assert [text(a) for a in answers] == ["Hello", "Hello"] and len(set(provider.ports)) == 2  # two kept
+    provider.dropped = set(provider.ports)
+    events = await collect(client.stream_chat(USER, [], ""))
+    assert text(events) == "Hello" and events[-1] == {"type": "done", "stopReason": "stop"}, events
+    assert len(set(provider.ports)) == 3  # a kept one, reset; then a new one
     await pool.aclose()
 
 

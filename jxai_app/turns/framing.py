@@ -23,7 +23,7 @@ from typing import Any
 
 from jxai_app.store.common import storable
 
-__all__ = ["MAX_FRAME_BYTES", "Encoded", "Outbox", "encode", "json_bytes", "pieces", "wire_texts"]
+__all__ = ["MAX_FRAME_BYTES", "Encoded", "Frame", "Outbox", "encode", "json_bytes", "pieces", "wire_texts"]
 
 MAX_FRAME_BYTES = 256 * 1024
 """The largest websocket message the server sends, in UTF-8 bytes: a quarter of daphne's,

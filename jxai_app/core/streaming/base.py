@@ -39,7 +39,7 @@ from jxai_app.core.streaming.fault import (
     provider_error_fault,
     secret_values,
 )
-from jxai_app.core.streaming.pool import ConnectionPool, ssl_context
+from jxai_app.core.streaming.pool import DIRECT_MOUNTS, ConnectionPool, ssl_context
 from jxai_app.core.streaming.guard import Cancelled as Cancelled, Guard as Guard, Signal as Signal  # re-exported
 from jxai_app.core.streaming.release import finish_response
 from jxai_app.core.streaming.sse import SSEReader, is_complete_object, parse_payload
@@ -336,7 +336,8 @@ class BaseChatClient:
         """A client for one request, closed after it (no pool, or the second try of a request
         a kept connection failed)."""
         return httpx.AsyncClient(transport=self.transport, timeout=limits, follow_redirects=False,
-                                 verify=ssl_context() if self.transport is None else True)
+                                 verify=ssl_context() if self.transport is None else True,
+                                 mounts=None if self.transport is not None else DIRECT_MOUNTS)
 
     async def _read_events(self, response: httpx.Response, guard: Guard, deadline: float | None,
                            normaliser: Normaliser) -> AsyncIterator[Sequence[StreamEvent]]:

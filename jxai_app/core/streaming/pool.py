@@ -15,7 +15,8 @@ Rules kept from the per-request client (:mod:`jxai_app.core.streaming.base`):
 - no cap on concurrent connections (a stream holds its connection for the whole answer);
   ``max_keepalive`` bounds only the idle ones kept for reuse, each for ``keepalive_expiry``;
 - the same verified TLS context, no redirects, proxies from the environment (read once, when
-  the loop's client is made); the connect limit travels with each request.
+  the loop's client is made) except for a provider on a loopback address, which is always
+  reached directly (:data:`DIRECT_MOUNTS`); the connect limit travels with each request.
 
 A client is bound to the loop it was made on (its connections are), hence one per loop;
 a loop that ends takes its client with it. Framework-free (no Django).
@@ -30,6 +31,14 @@ from typing import Any, Final
 import httpx
 
 
+DIRECT_MOUNTS: Final[dict[str, None]] = {
+    "all://127.0.0.1": None, "all://localhost": None, "all://[::1]": None}
+"""``mounts`` for every client: a provider on a loopback address (``make run``'s local model, a
+test's fake provider) is reached directly, never through ``HTTP_PROXY``/``HTTPS_PROXY``/
+``ALL_PROXY`` from the environment, which httpx otherwise applies to every host not in
+``NO_PROXY`` (a proxy cannot reach the machine's own loopback). The rule is Go's
+``ProxyFromEnvironment``; docs/streaming.md "Connections"."""
+
 
 def ssl_context() -> Any:
     """One verified TLS context for every client, pooled or not (building one costs milliseconds)."""
@@ -41,7 +50,7 @@ def ssl_context() -> Any:
 
 _SSL_CONTEXT: Any = None
 
-__all__ = ["ConnectionPool", "shared_pool"]
+__all__ = ["DIRECT_MOUNTS", "ConnectionPool", "shared_pool"]
 
 DEFAULT_MAX_KEEPALIVE: Final[int] = 32
 """Idle connections kept for reuse (all providers together)."""
@@ -74,7 +83,7 @@ class ConnectionPool:
         client = self._clients.get(loop)
         if client is None or client.is_closed:
             client = httpx.AsyncClient(verify=ssl_context(), limits=self.limits, follow_redirects=False,
-                                       timeout=httpx.Timeout(None))
+                                       timeout=httpx.Timeout(None), mounts=DIRECT_MOUNTS)
             self._clients[loop] = client
         return client
 

@@ -173,3 +173,25 @@ async def _client_of(pool: ConnectionPool) -> Any:
     client = pool.client()
     await pool.aclose()
     return client
+
+
+@pytest.mark.parametrize("scheme", ["http", "socks5"])
+@pytest.mark.parametrize("pooled", [True, False])
+async def test_a_loopback_provider_is_never_reached_through_a_proxy_from_the_environment(
+        provider: KeepAliveProvider, monkeypatch: pytest.MonkeyPatch, pooled: bool, scheme: str) -> None:
+    """With every proxy variable pointing at a port nothing listens on (a corporate proxy that
+    cannot see this machine's loopback), the local provider still answers (docs/streaming.md
+    "Connections")."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead_proxy = f"{scheme}://127.0.0.1:{closed.getsockname()[1]}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, dead_proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    pool = ConnectionPool() if pooled else None
+    for base_url in (provider.url, provider.url.replace("127.0.0.1", "localhost")):
+        events = await collect(OpenAIChatClient(base_url=base_url, model="m", pool=pool).stream_chat(USER, [], ""))
+        assert text(events) == "Hello" and events[-1] == {"type": "done", "stopReason": "stop"}, events
+    if pool is not None:
+        await pool.aclose()

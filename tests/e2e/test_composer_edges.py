@@ -109,3 +109,40 @@ def test_a_paste_longer_than_the_limit_is_announced(logged_in: Any) -> None:
     banner.wait_for(state="visible")
     assert f"limited to {limit} characters" in banner.inner_text()
     assert_clean(recorded)
+
+
+def test_a_send_pressed_while_connecting_goes_once_the_socket_opens(logged_in: Any) -> None:
+    """Enter pressed before the socket is open (the page has just loaded, or it is reconnecting)
+    is held, not refused: the text stays in the composer under a "Connecting…" notice and goes
+    when the socket opens (docs/websocket.md "Connecting"). The socket is kept from opening by
+    closing every connection in Playwright's websocket route until the test lets them through."""
+    recorded = logged_in()
+    gate = {"open": False}
+
+    def route(ws: Any) -> None:
+        if not gate["open"]:
+            ws.close()
+            return
+        server = ws.connect_to_server()
+        ws.on_message(server.send)
+        server.on_message(ws.send)
+
+    recorded.page.route_web_socket(SOCKET, route)
+    recorded.page.reload()
+    recorded.page.locator("html[data-connection='closed']").wait_for(state="attached")
+    composer = recorded.page.get_by_test_id("composer")
+    composer.fill("sent before the socket was up")
+    composer.press("Enter")
+    banner = recorded.page.get_by_test_id("error")
+    banner.wait_for(state="visible")
+    assert "Connecting" in banner.inner_text()
+    assert composer.input_value() == "sent before the socket was up"
+
+    gate["open"] = True
+    recorded.page.get_by_text("You said: sent before the socket was up").wait_for(timeout=15_000)
+    wait_idle(recorded)
+    assert composer.input_value() == "" and banner.is_hidden()
+    cid = conversation_id(recorded)
+    saved = list(Message.objects.filter(conversation_id=cid).order_by("position").values_list("role", "content"))
+    assert [role for role, _ in saved] == ["user", "assistant"], saved
+    assert saved[0][1] == "sent before the socket was up" and "You said: sent before" in saved[1][1], saved

@@ -18,6 +18,7 @@ import { Transcript } from "./transcript.js";
 import { AttachmentTray } from "./attachments.js";
 
 const initial = JSON.parse(document.getElementById("jxai-initial").textContent);
+const HOLD_SEND_MS = 15000;  // how long a send pressed while connecting waits for the socket (holdSend)
 const $ = (id) => document.getElementById(id);
 const ui = {
   app: $("app"), list: $("conversation-list"), loadMore: $("load-more"), newChat: $("new-conversation"),
@@ -49,6 +50,7 @@ const state = {
   reveal: messageFromHash(window.location.hash),  // a message to scroll to once the conversation shows
   revealSwitched: null,       // the message a switch_branch was sent for, to show it (revealMessage)
   sentFiles: [],              // the last send's attachments (attachments.js), back in the composer if refused
+  heldSend: null,             // timer of a send pressed while the socket was connecting (holdSend)
 };
 
 const transcript = new Transcript(ui.transcript, ui.empty, {
@@ -130,6 +132,12 @@ const connection = new Connection(initial.wsPath, {
     conversations.connected();
     search.ask();
     if (state.currentId) connection.send({ type: "subscribe", conversationId: state.currentId });
+    if (state.heldSend) {
+      clearTimeout(state.heldSend);
+      state.heldSend = null;
+      hideError();
+      sendMessage();
+    }
   },
   onFrame: (frame) => handleFrame(frame),
   onState: (what, failures) => showConnection(what, failures),
@@ -350,7 +358,7 @@ function sendMessage() {
   const frame = { type: "send", conversationId: state.currentId, text, model: header.model, attachments: tray.ids() };
   if (!state.currentId && ui.temporary.checked) frame.temporary = true;
   if (!connection.send(frame)) {
-    showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
+    holdSend();
     return;
   }
   hideError();
@@ -360,6 +368,21 @@ function sendMessage() {
   state.sentFiles = tray.take();
   transcript.addPending(text);
   setStreaming(true);
+}
+
+/**
+ * A send pressed before the socket is open (the page has just loaded, or it is reconnecting):
+ * the composer keeps the text and it goes when the socket opens (onOpen), as it then reads;
+ * after HOLD_SEND_MS with no connection the page says so and the text stays in the composer
+ * (docs/websocket.md "Connecting").
+ */
+function holdSend() {
+  if (state.heldSend) return;
+  showError("Connecting… your message goes as soon as the connection is up.", { retry: false });
+  state.heldSend = setTimeout(() => {
+    state.heldSend = null;
+    showError("Not connected to the server. Your message is kept; try again in a moment.", { retry: false });
+  }, HOLD_SEND_MS);
 }
 
 function stopTurn() {

@@ -193,6 +193,19 @@ async def test_a_server_killed_mid_turn_gives_a_failed_result_and_reconnects(
     assert _health("local").last_error  # why it dropped stays visible after the reconnection
 
 
+async def test_a_loopback_http_server_is_reached_directly_whatever_the_proxy_variables_say(
+    user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog, http_server: HttpServer,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # the discard port: no proxy answers there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    await servers({"name": "remote", "transport": "streamable-http", "url": http_server.url, "timeout": 5})
+    fake.add(tool_script("call_1", "remote__add", {"a": 1, "b": 2}), text_script(["3."]))
+    _, _, [result] = await _turn(user, "Add.")
+    assert result["success"] is True and result["result"]["data"] == {"result": 3}
+
+
 async def test_a_server_that_is_down_fails_calls_at_once(
     user: Any, servers: Any, fake: FakeProvider, hub: Any, mcp_log: McpLog, http_server: HttpServer
 ) -> None:

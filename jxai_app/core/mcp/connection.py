@@ -33,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from jxai_app.core.mcp.config import McpServerConfig
+from jxai_app.core.streaming.pool import DIRECT_MOUNTS
 from jxai_app.core.mcp.results import tool_result
 from jxai_app.core.ssrf import check_base_url
 from jxai_app.core.tools.definition import tool_error
@@ -214,7 +215,8 @@ class McpConnection:
             return StdioServerParameters(command=config.command, args=list(config.args), env=env)
         headers = {header: os.environ[env] for header, env in config.header_env.items() if env in os.environ}
         http = httpx2.AsyncClient(headers=headers, auth=_UserHeader(config.user_header) if config.pass_user_id else None,
-                                  timeout=httpx2.Timeout(config.timeout, read=SSE_READ_TIMEOUT))
+                                  timeout=httpx2.Timeout(config.timeout, read=SSE_READ_TIMEOUT),
+                                  mounts=DIRECT_MOUNTS)  # a loopback server is never reached through a proxy
         return streamable_http_client(config.url, http_client=http)
 
     async def _session(self) -> None:

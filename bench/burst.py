@@ -1,5 +1,6 @@
 """Burst benchmark (docs/turns.md "Faults an operator can rely on", a burst of sends): N sends (default 200) arriving within one second at one
-real daphne worker, each from its own user and websocket, each into its own conversation.
+real daphne worker (or ``--workers`` of them, the sockets dealt round-robin), each from its own user and websocket,
+each into its own conversation.
 
 Measures, for each send, the time from the client's ``send`` frame to the fake provider
 receiving that turn's model request (both stamped with ``time.monotonic()``, one clock for
@@ -11,11 +12,12 @@ answer), as ``bench/e2e.py`` does.
 
 The database is a scratch SQLite file unless ``DATABASE_URL`` is set (the embedded default,
 in-memory layer); ``DATABASE_URL`` on PostgreSQL plus ``REDIS_URL`` is the scale-out profile.
-The database must exist; its tables are migrated here.
+The database must exist; its tables are migrated here. More than one worker needs the
+scale-out profile (the workers share the database and the channel layer).
 
 Usage::
 
-    .venv/bin/python bench/burst.py [--sends 200] [--deltas 20] [--json FILE]
+    .venv/bin/python bench/burst.py [--sends 200] [--deltas 20] [--workers 1] [--json FILE]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/jxai_bench REDIS_URL=redis://127.0.0.1:6379/0 \\
         .venv/bin/python bench/burst.py
 """
@@ -72,16 +74,18 @@ def arrivals(provider: subprocess.Popen[bytes]) -> dict[str, float]:
     return {row["text"]: row["at"] for row in map(json.loads, lines) if isinstance(row["text"], str)}
 
 
-async def burst(port: int, sends: int, deltas: int) -> list[tuple[str, Stream | BaseException]]:
-    """Open ``sends`` logged-in sockets (each its own user and conversation), then send on all
-    of them at once and read every turn to its end; return ``(text, outcome)`` per send."""
+async def burst(ports: list[int], sends: int, deltas: int) -> list[tuple[str, Stream | BaseException]]:
+    """Open ``sends`` logged-in sockets (each its own user and conversation; socket ``i`` at
+    ``ports[i % len(ports)]``), then send on all of them at once and read every turn to its
+    end; return ``(text, outcome)`` per send."""
     from asgiref.sync import sync_to_async
 
     users = await sync_to_async(make_users)(sends, "burst")
     conversations = await sync_to_async(new_conversations)([u for u, _ in users])
     sockets = []
     for first in range(0, sends, 50):  # open in slices: the handshakes are not what is measured
-        sockets += await asyncio.gather(*(connect(port, cookie) for _, cookie in users[first:first + 50]))
+        sockets += await asyncio.gather(*(connect(ports[i % len(ports)], cookie)
+                                          for i, (_, cookie) in enumerate(users[first:first + 50], first)))
     texts = [f"burst {os.getpid()} {i}" for i in range(sends)]
     results = await asyncio.gather(*(ws_turn(ws, cid, deltas, timeout=120, text=text)
                                      for ws, cid, text in zip(sockets, conversations, texts)),
@@ -115,21 +119,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sends", type=int, default=200)
     parser.add_argument("--deltas", type=int, default=20, help="deltas per answer")
+    parser.add_argument("--workers", type=int, default=1, help="daphne workers (more than one: scale-out profile)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="jxai-burst-"))
     database_url = os.environ.get("DATABASE_URL") or f"sqlite:///{scratch / 'bench.sqlite3'}"
     provider, provider_url = start_provider(PROVIDER_PROGRAM.format(root=str(ROOT), deltas=args.deltas))
-    server: subprocess.Popen[bytes] | None = None
+    workers: list[tuple[subprocess.Popen[bytes], int]] = []
     try:
         setup_django(database_url)
-        server, port = start_worker(database_url, bench_models(provider_url))
+        workers = [start_worker(database_url, bench_models(provider_url)) for _ in range(args.workers)]
         layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
-        print(f"jxai burst bench: {args.sends} sends at one daphne worker (pid {server.pid}), database "
+        print(f"jxai burst bench: {args.sends} sends at {args.workers} daphne worker(s) "
+              f"(pid {', '.join(str(w.pid) for w, _ in workers)}), database "
               f"{database_url.split(':')[0]}, layer {layer}, {args.deltas} deltas per answer, {os.cpu_count()} CPUs")
         started = time.monotonic()
-        results = asyncio.run(burst(port, args.sends, args.deltas))
+        results = asyncio.run(burst([port for _, port in workers], args.sends, args.deltas))
         wall = time.monotonic() - started
         row = report(results, arrivals(provider), args.deltas)
         row["wall_s_with_setup"] = round(wall, 1)
@@ -144,7 +150,9 @@ def main() -> int:
             args.json.write_text(json.dumps(row, indent=2))
         return 0 if row["completed"] == row["sends"] and not row["lost_events"] else 1
     finally:
-        stop_all(server, provider, scratch)
+        for worker, _ in workers[1:]:
+            stop_all(worker, provider, scratch)
+        stop_all(workers[0][0] if workers else None, provider, scratch)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ embedded default (SQLite), a send into an existing conversation, the provider an
 
 Run from a checkout (the numbers of another checkout: run its copy of this file from there)::
 
-    .venv/bin/python bench/send_cost.py
+    .venv/bin/python bench/send_cost.py [--sql]
 
 Prints ``{"statements", "hops", "first_request_statements", "first_request_hops"}``: all of the
-turn, and those before the provider received the model request. A hop is one call handed to a
+turn, and those before the provider received the model request; ``--sql`` prints the
+statements too, in order (the first 200 characters of each). A hop is one call handed to a
 database thread (``asgiref.sync.SyncToAsync.thread_handler``, which every way in uses). The
 fewest of three runs: the worker's lease watch looks once a second, and its query can land
 inside the measured turn.
@@ -36,12 +37,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def test_send_cost(user: Any, fake: Any, hub: Any, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     settings.JXAI_TURN_LEASE_SECONDS = 600  # no lease renewal inside the measured turn
     counts = {"statements": 0, "hops": 0}
+    statements: list[str] = []
     lock = threading.Lock()
     real_execute, real_handler = CursorWrapper.execute, SyncToAsync.thread_handler
 
     def execute(self, *args, **kwargs):
         with lock:
             counts["statements"] += 1
+            statements.append(str(args[0] if args else kwargs.get("sql"))[:200])
         return real_execute(self, *args, **kwargs)
 
     def handler(self, *args, **kwargs):
@@ -59,6 +62,7 @@ async def test_send_cost(user: Any, fake: Any, hub: Any, monkeypatch: pytest.Mon
     cid = tab.of_type("conversation")[0]["conversation"]["id"]
     await asyncio.sleep(0.3)
     counts["statements"] = counts["hops"] = 0
+    statements.clear()
     fake.request_received.clear()
     first: dict[str, int] = {}
     def at_request() -> None:
@@ -72,7 +76,7 @@ async def test_send_cost(user: Any, fake: Any, hub: Any, monkeypatch: pytest.Mon
     watcher.join(5)
     await asyncio.sleep(0.3)
     print("SEND_COST " + json.dumps({**counts, "first_request_statements": first.get("statements"),
-                                     "first_request_hops": first.get("hops")}))
+                                     "first_request_hops": first.get("hops"), "sql": statements}))
     await tab.close()
 '''
 
@@ -92,7 +96,12 @@ def main() -> int:
             runs.append(json.loads(lines[0].removeprefix("SEND_COST ")))
     finally:
         path.unlink()
-    print(json.dumps(min(runs, key=lambda run: (run["statements"], run["hops"]))))
+    best = min(runs, key=lambda run: (run["statements"], run["hops"]))
+    sql = best.pop("sql")
+    print(json.dumps(best))
+    if "--sql" in sys.argv[1:]:
+        for number, statement in enumerate(sql, 1):
+            print(f"{number:3} {statement}")
     return 0
 
 

@@ -63,16 +63,28 @@ def _model_and_url(alias: str) -> tuple[Any, str | None]:
         return model, None
 
 
-def _table_price(model_ref: str, base_url: str | None, counts: UsageCounts) -> Decimal | None:
-    usage = Usage(input_tokens=counts.input_tokens, output_tokens=counts.output_tokens,
-                  cache_read_tokens=counts.cached_input_tokens)
-    attempts: list[dict[str, str]] = [{"provider_api_url": base_url}] if base_url else []
-    for where in (*attempts, {}):
+@functools.cache
+def _table_lookup(model_ref: str, base_url: str | None) -> tuple[tuple[str, str], ...] | None:
+    """How the bundled table finds ``model_ref`` (by its provider's base URL, else by the model
+    id alone), or ``None`` when it does not. Asked once per model and URL: the table is read
+    offline and does not change while the process runs, and a miss searches all of it."""
+    attempts: list[tuple[tuple[str, str], ...]] = [(("provider_api_url", base_url),)] if base_url else []
+    for where in (*attempts, ()):
         try:
-            return calc_price(usage, model_ref, **where).total_price
+            calc_price(Usage(), model_ref, **dict(where))
         except LookupError:
             continue
+        return where
     return None
+
+
+def _table_price(model_ref: str, base_url: str | None, counts: UsageCounts) -> Decimal | None:
+    where = _table_lookup(model_ref, base_url)
+    if where is None:
+        return None
+    usage = Usage(input_tokens=counts.input_tokens, output_tokens=counts.output_tokens,
+                  cache_read_tokens=counts.cached_input_tokens)
+    return calc_price(usage, model_ref, **dict(where)).total_price
 
 
 def request_cost(model_alias: str | None, counts: UsageCounts) -> Decimal:

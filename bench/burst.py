@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import (  # noqa: E402  (after the path is set)
-    Stream, bench_models, connect, make_users, new_conversations, pct, setup_django, start_provider, start_worker,
+    Stream, bench_models, connect, cpu_seconds, make_users, new_conversations, pct, setup_django, start_provider,
+    start_worker,
     stop_all,
     ws_turn,
 )
@@ -74,10 +75,12 @@ def arrivals(provider: subprocess.Popen[bytes]) -> dict[str, float]:
     return {row["text"]: row["at"] for row in map(json.loads, lines) if isinstance(row["text"], str)}
 
 
-async def burst(ports: list[int], sends: int, deltas: int) -> list[tuple[str, Stream | BaseException]]:
+async def burst(ports: list[int], sends: int, deltas: int,
+                pids: list[int]) -> tuple[list[tuple[str, Stream | BaseException]], float]:
     """Open ``sends`` logged-in sockets (each its own user and conversation; socket ``i`` at
     ``ports[i % len(ports)]``), then send on all of them at once and read every turn to its
-    end; return ``(text, outcome)`` per send."""
+    end; return ``(text, outcome)`` per send, and the CPU seconds the workers ``pids`` used
+    from the sends to the last turn's end."""
     from asgiref.sync import sync_to_async
 
     users = await sync_to_async(make_users)(sends, "burst")
@@ -87,11 +90,13 @@ async def burst(ports: list[int], sends: int, deltas: int) -> list[tuple[str, St
         sockets += await asyncio.gather(*(connect(ports[i % len(ports)], cookie)
                                           for i, (_, cookie) in enumerate(users[first:first + 50], first)))
     texts = [f"burst {os.getpid()} {i}" for i in range(sends)]
+    cpu_before = sum(map(cpu_seconds, pids))
     results = await asyncio.gather(*(ws_turn(ws, cid, deltas, timeout=120, text=text)
                                      for ws, cid, text in zip(sockets, conversations, texts)),
                                    return_exceptions=True)
+    cpu = sum(map(cpu_seconds, pids)) - cpu_before
     await asyncio.gather(*(ws.close() for ws in sockets))
-    return list(zip(texts, results))
+    return list(zip(texts, results)), cpu
 
 
 def report(results: list[tuple[str, Stream | BaseException]], arrived: dict[str, float], deltas: int) -> dict[str, Any]:
@@ -135,15 +140,18 @@ def main() -> int:
               f"(pid {', '.join(str(w.pid) for w, _ in workers)}), database "
               f"{database_url.split(':')[0]}, layer {layer}, {args.deltas} deltas per answer, {os.cpu_count()} CPUs")
         started = time.monotonic()
-        results = asyncio.run(burst([port for _, port in workers], args.sends, args.deltas))
+        results, cpu = asyncio.run(burst([port for _, port in workers], args.sends, args.deltas,
+                                         [worker.pid for worker, _ in workers]))
         wall = time.monotonic() - started
         row = report(results, arrivals(provider), args.deltas)
         row["wall_s_with_setup"] = round(wall, 1)
+        row["worker_cpu_ms_per_turn"] = round(cpu * 1000 / max(1, args.sends), 1)
         print(f"  sends spread over {row['send_spread_ms']} ms; provider received {row['requests_received']}/"
               f"{row['sends']} requests; {row['completed']} completed, lost events {row['lost_events']}")
         if "to_provider_ms_p50" in row:
             print(f"  send → provider request (ms): p50 {row['to_provider_ms_p50']}  p99 {row['to_provider_ms_p99']}"
                   f"  max {row['to_provider_ms_max']}  (last token p50 {row['last_token_ms_p50']} ms)")
+        print(f"  workers' CPU from the sends to the last turn's end: {row['worker_cpu_ms_per_turn']} ms per turn")
         for failure in row["failures"]:
             print(f"  failed: {failure}")
         if args.json:

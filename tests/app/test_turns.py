@@ -313,7 +313,7 @@ async def test_a_burst_of_sends_with_a_short_lease_keeps_every_turn(user: Any, f
 
     settings.JXAI_TURN_LEASE_SECONDS = 3
     settings.JXAI_TURNS_PER_MINUTE = settings.JXAI_TOKENS_PER_DAY = 0
-    sends = 120
+    sends = 200
     for _ in range(sends):  # each answer outlives the lease: only renewals keep its turn
         fake.add(text_script([f"w{i} " for i in range(10)], delay=0.4))
     watcher = TurnHub(worker_id="watcher", jobs=(LeaseWatch(interval=0.2),))

@@ -19,7 +19,7 @@ Prints one row per model and task (passes out of tries) and the generation speed
 tokens per second of wall time, over every request). The embedded default is always in the
 set; other GGUF files are given as ``PATH[:CHAT_FORMAT]``, where the format is a
 llama-cpp-python chat format name or a tokenizer-config JSON with a chat template (default
-``bench/data/chatml_template.json``, ours for Qwen2.5 instruct models). Usage::
+``jxai_app/ops/localmodel_chatml_template.json``, ours for Qwen2.5 instruct models). Usage::
 
     .venv/bin/python bench/local_models.py [--tries 5] [--json FILE] [other.gguf[:format] ...]
 
@@ -30,7 +30,7 @@ Run on 2026-12-02 (a 2-core machine, 5 tries each; the chunk packages ``pandas-s
     gemma-3-270m-q4_k_m.gguf (241 MB, jxai-dialogue): code 0/5  instructions 0/5  tool 5/5  follow-up 5/5
     qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (469 MB, chatml-function-calling): code 5/5  instructions 5/5
         tool 0/5  follow-up 5/5
-    qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (469 MB, bench/data/chatml_template.json): 5/5 on all four
+    qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (469 MB, our ChatML template): 5/5 on all four
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ HEADING = "The user's custom instructions (follow them unless they conflict with
 TEMPERATURE = 0.2
 """The temperature the app sends to the embedded model."""
 PORT = 8391
-CHATML_TEMPLATE = ROOT / "bench" / "data" / "chatml_template.json"
+CHATML_TEMPLATE = localmodel.CHATML_TEMPLATE
 
 
 class Server:

@@ -39,16 +39,21 @@ from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
 from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
+from jxai_app.ops.localmodel import LOCAL_MODELS, local_model
 
 LOCAL_PROVIDER = "local"
-LOCAL_MODEL_ALIAS = "gemma-3-270m"
-LOCAL_CALCULATOR_ALIAS = "gemma-3-270m-calculator"
-"""The local model with ``tool_choice`` forcing ``calculate`` on the request answering a user
-message with arithmetic in it (``ARITHMETIC_PATTERN``): the 270M base model never calls a tool
-unprompted (README, "The embedded local model")."""
-LOCAL_NOTES_ALIAS = "gemma-3-270m-notes"
-"""The local model forcing ``save_note``, a tool whose calls wait for the user's approval (its
-policy row, made by migration 0004): a newcomer sees an approval card (docs/approval.md)."""
+CALCULATOR_SUFFIX, NOTES_SUFFIX = "-calculator", "-notes"
+"""The local aliases are the local model's name (``JXAI_LOCAL_MODEL_NAME``,
+:data:`jxai_app.ops.localmodel.LOCAL_MODELS`), that name + ``-calculator``: ``tool_choice``
+forcing ``calculate`` on the request answering a user message with arithmetic in it
+(``ARITHMETIC_PATTERN``; the 270M base model never calls a tool unprompted, README "The
+embedded local model"), and that name + ``-notes``: forcing ``save_note``, a tool whose calls
+wait for the user's approval (its policy row, made by migration 0004), so a newcomer sees an
+approval card (docs/approval.md)."""
+LOCAL_MODEL_ALIAS = next(iter(LOCAL_MODELS))
+"""The default local model's aliases (Gemma 3 270M)."""
+LOCAL_CALCULATOR_ALIAS = LOCAL_MODEL_ALIAS + CALCULATOR_SUFFIX
+LOCAL_NOTES_ALIAS = LOCAL_MODEL_ALIAS + NOTES_SUFFIX
 DEFAULT_LOCAL_MODEL_URL = "http://127.0.0.1:8081/v1"
 
 # Variables that configure a provider; with none of them set the local model is used.
@@ -98,6 +103,7 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             "supports_tools": True,
         }
     if not models:
+        chosen = local_model(environ)
         url = environ.get("JXAI_LOCAL_MODEL_URL") or DEFAULT_LOCAL_MODEL_URL
         providers[LOCAL_PROVIDER] = {
             "kind": "openai", "base_url": url, "api_key_env": None,
@@ -106,7 +112,7 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         }
         local = {
             "provider": LOCAL_PROVIDER,
-            "model_id": LOCAL_MODEL_ALIAS,
+            "model_id": chosen.name,
             "context_window": int(environ.get("JXAI_LOCAL_CONTEXT_WINDOW") or 8192),
             "supports_tools": True,
             "input": ["text"],  # a text-only model: images are refused before any request (docs/attachments.md)
@@ -115,14 +121,14 @@ def model_registry_dict_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             # its answers start with the space after "Assistant:" (README "The embedded local model")
             "strip_leading_whitespace": True,
         }
-        models[LOCAL_MODEL_ALIAS] = {**local, "label": "Gemma 3 270M (local)"}
-        models[LOCAL_CALCULATOR_ALIAS] = {
-            **local, "label": "Gemma 3 270M + calculator (local)",
+        models[chosen.name] = {**local, "label": f"{chosen.label} (local)"}
+        models[chosen.name + CALCULATOR_SUFFIX] = {
+            **local, "label": f"{chosen.label} + calculator (local)",
             "tool_choice": {"type": "function", "function": {"name": "calculate"}},
             "tool_choice_when": ARITHMETIC_PATTERN,
         }
-        models[LOCAL_NOTES_ALIAS] = {
-            **local, "label": "Gemma 3 270M + notes, with approval (local)",
+        models[chosen.name + NOTES_SUFFIX] = {
+            **local, "label": f"{chosen.label} + notes, with approval (local)",
             "tool_choice": {"type": "function", "function": {"name": "save_note"}},
         }
     return {"providers": providers, "models": models, "roles": {"default": next(iter(models))}}

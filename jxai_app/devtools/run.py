@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from jxai_app.ops.localmodel import (
     DEFAULT_HOST, DEFAULT_N_CTX, DEFAULT_PORT, PROJECT_DIR, LocalModelError, LocalModelServer,
-    app_environment, ensure_model, local_model_needed, spawn_child, stop_child, supervise,
+    app_environment, ensure_model, local_model, local_model_needed, spawn_child, stop_child, supervise,
 )
 
 STOP_GRACE_SECONDS = 10.0
@@ -106,10 +106,12 @@ def start_local_model(host: str, port: int) -> subprocess.Popen[bytes]:
     """
     if not port_free(host, port):
         raise LocalModelError(f"port {port} is in use; free it or set JXAI_LOCAL_MODEL_PORT")
-    say("preparing the embedded model (Gemma 3 270M)")
-    model = ensure_model()
+    chosen = local_model()  # JXAI_LOCAL_MODEL_NAME
+    say(f"preparing the embedded model ({chosen.label})")
+    model = ensure_model(model=chosen)
     LOG_PATH.parent.mkdir(parents=True, exist_ok=True)
-    server = LocalModelServer(model, host=host, port=port, n_ctx=DEFAULT_N_CTX, log=LOG_PATH.open("ab"))
+    server = LocalModelServer(model, host=host, port=port, n_ctx=DEFAULT_N_CTX, log=LOG_PATH.open("ab"),
+                              alias=chosen.name, chat_format=chosen.chat_format)
     server.start()
     say(f"local model ready at {server.url} after {server.load_seconds or 0:.1f} s (log: {LOG_PATH})")
     assert server.process is not None

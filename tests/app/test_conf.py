@@ -34,6 +34,15 @@ def test_nothing_set_gives_the_local_model_and_its_calculator_and_notes_aliases(
     assert "http://127.0.0.1:8081/v1 is not answering" in told and "make run" in told
 
 
+def test_the_local_model_name_chooses_the_local_aliases_and_an_unknown_one_is_refused() -> None:
+    registry = ModelRegistry.from_dict(model_registry_dict_from_env({"JXAI_LOCAL_MODEL_NAME": "qwen2.5-coder-0.5b"}))
+    assert registry.aliases() == ["qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-calculator", "qwen2.5-coder-0.5b-notes"]
+    assert registry.get("qwen2.5-coder-0.5b").label == "Qwen2.5 Coder 0.5B (local)"
+    assert registry.get("qwen2.5-coder-0.5b").model_id == "qwen2.5-coder-0.5b"  # the server's --model_alias
+    with pytest.raises(ConfigurationError, match="gemma-3-270m, qwen2.5-coder-0.5b"):
+        model_registry_dict_from_env({"JXAI_LOCAL_MODEL_NAME": "llama-70b"})
+
+
 def test_openai_variables_configure_one_default_model_and_skip_the_local_one() -> None:
     env = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
            "JXAI_MODEL": "llama3.1", "JXAI_CONTEXT_WINDOW": "8192"}

@@ -25,17 +25,19 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int,
                             default=int(os.environ.get("JXAI_LOCAL_MODEL_PORT") or localmodel.DEFAULT_PORT),
                             help="TCP port (default $JXAI_LOCAL_MODEL_PORT or 8081)")
-        parser.add_argument("--chat-format", default=localmodel.DEFAULT_CHAT_FORMAT,
-                            help=f"'{localmodel.DIALOGUE_FORMAT}' (default) or a llama-cpp-python chat format name")
+        parser.add_argument("--chat-format", default=None,
+                            help=f"the model's own (default; '{localmodel.DIALOGUE_FORMAT}' for Gemma), a "
+                                 "tokenizer-config JSON path or a llama-cpp-python chat format name")
         parser.add_argument("--n-ctx", type=int, default=localmodel.DEFAULT_N_CTX, help="context window in tokens")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server to answer")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            model = localmodel.ensure_model()
+            chosen = localmodel.local_model()  # JXAI_LOCAL_MODEL_NAME
+            path = localmodel.ensure_model(model=chosen)
             server = localmodel.LocalModelServer(
-                model, host=options["host"], port=options["port"],
-                chat_format=options["chat_format"], n_ctx=options["n_ctx"],
+                path, host=options["host"], port=options["port"], alias=chosen.name,
+                chat_format=options["chat_format"] or chosen.chat_format, n_ctx=options["n_ctx"],
             )
             self.stdout.write(f"Starting: {localmodel.format_command(server.command)}")
             server.start(timeout=options["timeout"])
@@ -43,7 +45,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         assert server.process is not None and server.load_seconds is not None
         self.stdout.write(self.style.SUCCESS(
-            f"Local model {localmodel.MODEL_ALIAS} ready at {server.url} "
+            f"Local model {chosen.name} ready at {server.url} "
             f"(answered after {server.load_seconds:.1f} s). Ctrl-C stops it."))
         code = localmodel.supervise([("the local model server", server.process)], say=self.stdout.write)
         if code:

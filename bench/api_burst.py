@@ -5,8 +5,9 @@ provider (its own process) answering each with 20 deltas at once.
 Counts each request's outcome — a whole stream ending in ``done``, a refusal with a problem
 (status and slug), an ``error`` event (its code: ``connect_timeout`` would mean the worker's
 event loop could not even open the provider connection in time), an HTTP 500 — and, on
-PostgreSQL, the most sessions the worker held at once (``pg_stat_activity`` of the database,
-sampled every 10 ms from this process). Prints the time from the first request out to the
+PostgreSQL, the most sessions the worker held at once (``pg_stat_activity`` rows of the
+worker's own ``application_name``, :data:`WORKER_APP`, given to it in its ``DATABASE_URL``:
+this process's Django has a pool of its own; sampled every 10 ms from this process). Prints the time from the first request out to the
 last stream's end and the p50/p99 time to first delta.
 
 Usage::
@@ -78,18 +79,28 @@ async def one(client: Any, url: str, token: str) -> tuple[str, float | None]:
         return f"client {type(exc).__name__}", None
 
 
+WORKER_APP = "jxai_bench_worker"
+"""The ``application_name`` of the measured worker's sessions."""
+
+
+def worker_database_url(database_url: str) -> str:
+    """The worker's ``DATABASE_URL``: on PostgreSQL, naming its sessions :data:`WORKER_APP`."""
+    if not database_url.startswith("postgres"):
+        return database_url
+    return database_url + ("&" if "?" in database_url else "?") + f"application_name={WORKER_APP}"
+
+
 async def sessions_peak(database_url: str, stop: asyncio.Event) -> int | None:
-    """The most sessions on the worker's PostgreSQL database at once (``None`` on SQLite)."""
+    """The most sessions the worker held on PostgreSQL at once (``None`` on SQLite)."""
     if not database_url.startswith("postgres"):
         return None
     import psycopg
 
-    name = database_url.rsplit("/", 1)[-1]
     peak = 0
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         while not stop.is_set():
-            cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> "
-                                     "pg_backend_pid()", (name,))
+            cur = await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                                     (WORKER_APP,))
             row = await cur.fetchone()
             peak = max(peak, int(row[0]) if row else 0)
             await asyncio.sleep(0.01)
@@ -129,7 +140,7 @@ def main() -> int:
     try:
         setup_django(database_url)
         plaintexts = tokens(args.requests)
-        server, port = start_worker(database_url, bench_models(provider_url),
+        server, port = start_worker(worker_database_url(database_url), bench_models(provider_url),
                                     env={"DJANGO_SECURE_SSL_REDIRECT": "0"})  # plain HTTP on 127.0.0.1
         row = asyncio.run(burst(port, plaintexts, database_url))
         print(f"jxai /ai/chat burst: {args.requests} requests at once at one worker, database "

@@ -146,3 +146,27 @@ def test_a_send_pressed_while_connecting_goes_once_the_socket_opens(logged_in: A
     saved = list(Message.objects.filter(conversation_id=cid).order_by("position").values_list("role", "content"))
     assert [role for role, _ in saved] == ["user", "assistant"], saved
     assert saved[0][1] == "sent before the socket was up" and "You said: sent before" in saved[1][1], saved
+
+
+def test_an_enter_pressed_before_the_page_script_runs_is_sent_once_it_does(logged_in: Any) -> None:
+    """chat.js runs only after the vendored libraries have loaded; an Enter pressed before that
+    (a fast paste and Enter as the page appears) is remembered by early.js, not typed as a
+    newline, and the message goes once chat.js starts (docs/websocket.md "Connecting"). The
+    wait is made certain by holding highlight.min.js until the Enter was pressed."""
+    recorded = logged_in()
+    page = recorded.page
+    held: list[Any] = []
+    page.route("**/vendor/highlight.min.js", lambda route: held.append(route))
+    page.reload(wait_until="commit")
+    composer = page.get_by_test_id("composer")
+    composer.fill("pressed before the script ran")
+    composer.press("Enter")
+    assert held and composer.input_value() == "pressed before the script ran"  # no newline typed
+    for route in held:
+        route.continue_()
+    page.get_by_text("You said: pressed before the script ran").wait_for(timeout=15_000)
+    wait_idle(recorded)
+    assert composer.input_value() == ""
+    cid = conversation_id(recorded)
+    assert list(Message.objects.filter(conversation_id=cid, role="user").values_list("content", flat=True)) == [
+        "pressed before the script ran"]

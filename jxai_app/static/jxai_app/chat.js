@@ -603,3 +603,8 @@ transcript.updateEmptyState();
 setStreaming(false);
 connection.connect();
 ui.composer.focus();
+// An Enter pressed before this module ran (early.js): send it now (held until the socket opens).
+if (window.jxaiEarly) {
+  window.jxaiEarly.listening = false;
+  if (window.jxaiEarly.enter) sendMessage();
+}

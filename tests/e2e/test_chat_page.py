@@ -71,6 +71,8 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
     assert messages.count() == 2
     assert "Let me work that out." in assistant_text(tab, 0)
     assert "The result is 42 (from the calculator)." in assistant_text(tab, 1)
+    # One Good / Bad per answer: on its last message, not on the round that called the tool.
+    assert [m.get_by_test_id("feedback-up").is_visible() for m in messages.all()] == [False, True]
     # The arguments and result are folded; the card opens with the keyboard.
     assert not card.get_by_test_id("tool-result").is_visible()
     card.locator(".tool-result summary").focus()
@@ -82,6 +84,7 @@ def test_a_tool_call_shows_as_a_card_then_the_answer(logged_in: Any) -> None:
     reload(tab)
     saved = page.get_by_test_id("tool-call").first
     saved.get_by_test_id("tool-result").wait_for(state="attached")
+    assert [m.get_by_test_id("feedback-up").is_visible() for m in messages.all()] == [False, True]
     assert saved.get_attribute("data-state") == "success"
     assert '"result": 42' in saved.get_by_test_id("tool-result").text_content()
     # A short window, read to the end: an answer whose block arrives taller than the "near the

@@ -108,6 +108,8 @@ def test_stop_mid_stream_stops_the_answer_and_drops_it(logged_in: Any) -> None:
     wait_idle(tab, timeout=5_000)
     assert time.monotonic() - started < 3.0
     answer.get_by_text("partial answer was not saved").wait_for()
+    question = page.get_by_test_id("message-user").filter(has_text="tell me a long story")
+    assert not question.get_by_test_id("stopped-marker").is_visible()  # the answer's note says it once
     assert not answer.get_by_test_id("feedback-down").is_visible()  # nothing saved to rate
     assert answer.get_by_test_id("copy-message").is_visible()        # what was shown can be copied
     seen = slow_words(assistant_text(tab))
@@ -120,6 +122,7 @@ def test_stop_mid_stream_stops_the_answer_and_drops_it(logged_in: Any) -> None:
     reload(tab)                                                      # the partial answer is gone
     page.get_by_test_id("message-user").filter(has_text="tell me a long story").wait_for()
     assert page.get_by_test_id("message-assistant").count() == 0
+    assert question.get_by_test_id("stopped-marker").is_visible()  # after the reload, the question says it
     # Escape stops too, from the keyboard.
     ask(tab, "[slow] again", until="word3")
     page.get_by_test_id("composer").press("Escape")

@@ -250,7 +250,7 @@ def test_static_files_are_served_by_the_app_with_debug_off(user: Any, tmp_path: 
         client.force_login(user)
         page = parse(client.get("/").content.decode())
         urls = [str(s["src"]) for s in page.scripts if s.get("src")] + page.stylesheets
-        assert len(urls) == 8  # theme.js, three vendor scripts, chat.js; chat.css and two highlight styles
+        assert len(urls) == 9  # theme.js, early.js, three vendor scripts, chat.js; chat.css and two highlight styles
         for url in urls:
             assert re.search(r"\.[0-9a-f]{12}\.(js|css)$", url), url   # hashed names, cached forever
             response = client.get(url)

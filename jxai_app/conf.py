@@ -39,7 +39,7 @@ from jxai_app.core.providers import ModelRegistry
 from jxai_app.core.streaming import ClientTimeouts
 from jxai_app.core.streaming.pool import shared_pool
 from jxai_app.core.tools.builtin import ARITHMETIC_PATTERN
-from jxai_app.ops.localmodel import LOCAL_MODELS, local_model
+from jxai_app.ops.localmodel import MODEL_ALIAS, local_model
 
 LOCAL_PROVIDER = "local"
 CALCULATOR_SUFFIX, NOTES_SUFFIX = "-calculator", "-notes"
@@ -50,7 +50,7 @@ forcing ``calculate`` on the request answering a user message with arithmetic in
 embedded local model"), and that name + ``-notes``: forcing ``save_note``, a tool whose calls
 wait for the user's approval (its policy row, made by migration 0004), so a newcomer sees an
 approval card (docs/approval.md)."""
-LOCAL_MODEL_ALIAS = next(iter(LOCAL_MODELS))
+LOCAL_MODEL_ALIAS = MODEL_ALIAS
 """The default local model's aliases (Gemma 3 270M)."""
 LOCAL_CALCULATOR_ALIAS = LOCAL_MODEL_ALIAS + CALCULATOR_SUFFIX
 LOCAL_NOTES_ALIAS = LOCAL_MODEL_ALIAS + NOTES_SUFFIX

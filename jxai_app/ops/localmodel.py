@@ -56,8 +56,6 @@ CHATML_TEMPLATE = Path(__file__).resolve().parent / "localmodel_chatml_template.
 """Our ChatML template for Qwen2.5 instruct models (tool calls and results as dialogue lines)."""
 DEFAULT_N_CTX = 8192
 """Context window in tokens given to llama.cpp (Gemma 3 270M is trained for 32 768)."""
-MODEL_ALIAS = "gemma-3-270m"
-"""The model id the server answers to (``--model_alias``) and lists under ``/v1/models``."""
 MODEL_CACHE_ENV = "JXAI_MODEL_CACHE"
 PROVIDER_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "JXAI_MODELS_FILE", "JXAI_MODELS_JSON")
 """Any of these set (non-empty) means a provider is configured: no embedded model (docs/architecture.md "Settings")."""
@@ -103,6 +101,8 @@ LOCAL_MODELS: dict[str, LocalModel] = {model.name: model for model in (
                             for i in range(1, 7))),
 )}
 """The models ``JXAI_LOCAL_MODEL_NAME`` can name; the first is the default."""
+MODEL_ALIAS = next(iter(LOCAL_MODELS))
+"""The default model's name: the id its server answers to (``--model_alias``) and lists under ``/v1/models``."""
 MODEL_NAME_ENV = "JXAI_LOCAL_MODEL_NAME"
 
 

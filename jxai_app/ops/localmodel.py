@@ -113,7 +113,7 @@ def local_model(environ: Mapping[str, str] | None = None) -> LocalModel:
         LocalModelError: the name is not one of :data:`LOCAL_MODELS`.
     """
     env = os.environ if environ is None else environ
-    name = env.get(MODEL_NAME_ENV, "").strip() or next(iter(LOCAL_MODELS))
+    name = env.get(MODEL_NAME_ENV, "").strip() or MODEL_ALIAS
     try:
         return LOCAL_MODELS[name]
     except KeyError:
